@@ -83,6 +83,8 @@ class DataConfig(_Section):
     template: Literal["chat", "boxed", "r1"] = "boxed"
     """``boxed``: chat template + "put the final answer in \\boxed{}"; ``r1``: the R1-Zero think/answer template as
     plain text; ``chat``: the question alone in the model's chat template."""
+    instruction: str | None = None
+    """Appended to each question; default for ``boxed``: "Put your final answer within \\boxed{}."."""
     system_prompt: str | None = None
     few_shot: int = Field(0, ge=0, le=8)
     """Solved examples from the training split shown as earlier turns (the assistant answers only the final answer)."""

@@ -1,0 +1,107 @@
+"""Atomic, resumable checkpoints: ``checkpoints/step-N/`` is written as ``.tmp-step-N`` and renamed when complete, so a
+crash (even ``kill -9``) mid-save leaves the previous checkpoint whole and no half folder that looks finished.
+
+A checkpoint holds: ``model/`` (HF format, loadable with ``from_pretrained``, with the tokenizer), ``deepspeed/``
+(every rank's parameters, optimizer and LR-scheduler state, via ``engine.save_checkpoint``), ``rng-rank{r}.pt`` (Python,
+NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curriculum and KL-controller state).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    """Finished checkpoints of a run, oldest first (temp folders of interrupted saves are ignored)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    ckpts = list_checkpoints(run_dir)
+    return ckpts[-1][1] if ckpts else None
+
+
+def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Module, tokenizer: Any,
+                    trainer_state: dict[str, Any], keep: int, rank: int) -> Path:
+    """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints.
+
+    Returns:
+        the final ``checkpoints/step-N`` path.
+    """
+    root = Path(run_dir) / "checkpoints"
+    final = root / f"step-{step}"
+    tmp = root / f".tmp-step-{step}"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+    torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+    if rank == 0:
+        hf_model.save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1, default=str))
+    _barrier()
+    if rank == 0:
+        if final.exists():  # re-saving the same step (e.g. resumed at the end): replace it whole
+            shutil.rmtree(final)
+        tmp.rename(final)
+        for _, old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    _barrier()
+    return final
+
+
+def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:
+    """Restore parameters, optimizer, LR schedule and this rank's RNG; returns the trainer state dict.
+
+    Raises:
+        FileNotFoundError: the checkpoint lacks its DeepSpeed state or trainer state (not a finished checkpoint).
+    """
+    path = Path(path)
+    for needed in ("deepspeed", "trainer_state.json"):
+        if not (path / needed).exists():
+            raise FileNotFoundError(f"{path} is not a complete checkpoint: {needed} is missing")
+    load_path, _ = engine.load_checkpoint(str(path / "deepspeed"), tag="state", load_optimizer_states=True,
+                                          load_lr_scheduler_states=True)
+    if load_path is None:
+        raise FileNotFoundError(f"DeepSpeed found no state in {path / 'deepspeed'}")
+    rng_file = path / f"rng-rank{rank}.pt"
+    if rng_file.exists():  # absent when resuming with more ranks than saved: fresh streams for the new ranks
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    return json.loads((path / "trainer_state.json").read_text())

@@ -1,0 +1,2 @@
+"""Prompt data: sources (JSONL/Parquet, HF datasets, reasoning-gym, HumanEval), templates, the held-out split and
+the training-order sampler."""

@@ -1,0 +1,68 @@
+"""Log-probabilities and entropy of response tokens under a model: the trainer's forward pass.
+
+Only response positions get logits (``logits_to_keep``), never the prompt: on a 50k-vocabulary model the output layer
+over every prompt position costs more than the rest of the forward pass. Shapes: N sequences, P prompt columns
+(left-padded), T response columns (right-padded), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """(N, L) positions that skip left padding, matching what ``generate`` uses; padding gets position 0."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.0,
+                               entropy_grad: bool = False) -> tuple[Tensor, Tensor]:
+    """Log-prob of ``tokens`` and the entropy of the distribution, in fp32.
+
+    Args:
+        logits: (N, T, V) any float dtype. tokens: (N, T) ids. temperature: logits are divided by it (the sampling
+            distribution of the rollout).
+        entropy_grad: keep the entropy in the autograd graph (only for an entropy bonus; it costs an (N, T, V) buffer).
+    Returns:
+        logprobs (N, T) and entropy (N, T), both fp32 nats.
+    """
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = torch.logsumexp(logits, dim=-1)  # (N, T)
+    logprobs = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - lse
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    num_response_tokens: int,
+    *,
+    temperature: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+    entropy_grad: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Log-probs and entropy of the last ``T = num_response_tokens`` columns of ``input_ids``.
+
+    Args:
+        model: an HF causal LM (or a DeepSpeed engine wrapping one) accepting ``logits_to_keep``.
+        input_ids: (N, P + T) prompt (left-padded) followed by the response (right-padded).
+        attention_mask: (N, P + T) 1 on real tokens.
+        temperature: the rollout temperature.
+        autocast_dtype: run the forward under CPU/GPU autocast in this dtype (logits are cast to fp32 after).
+    Returns:
+        logprobs (N, T) and entropy (N, T), fp32 (garbage on padding: mask them).
+    """
+    t = num_response_tokens
+    device_type = input_ids.device.type
+    with torch.autocast(device_type=device_type, dtype=autocast_dtype or torch.float32,
+                        enabled=autocast_dtype is not None):
+        out = model(input_ids=input_ids, attention_mask=attention_mask,
+                    position_ids=position_ids_from_mask(attention_mask), logits_to_keep=t + 1, use_cache=False)
+    logits = out.logits[:, :-1]  # (N, T, V): the logit at column P-1+t predicts response token t
+    return token_logprobs_from_logits(logits, input_ids[:, -t:], temperature, entropy_grad)

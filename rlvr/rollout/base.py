@@ -1,0 +1,46 @@
+"""The rollout engine contract: prompts in as token ids, groups of sampled completions out, with their logprobs.
+
+The trainer trains on exactly these token ids (it never decodes and re-encodes them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``temperature == 0`` means greedy. ``max_new_tokens`` counts response tokens (eos included)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+
+
+@dataclass
+class Completion:
+    """One sampled response."""
+
+    token_ids: list[int]
+    """Response token ids, ending with the eos id when ``finish_reason == "stop"``."""
+    logprobs: list[float]
+    """fp32 log-prob (nats) of each token under the sampling distribution (logits / temperature), before top-p/k."""
+    finish_reason: Literal["stop", "length"]
+    """``stop``: ended with eos; ``length``: cut at max_new_tokens (truncated)."""
+
+
+class RolloutEngine(Protocol):
+    """Generates G completions per prompt; picks up new policy weights after each optimizer step."""
+
+    def generate(self, prompt_token_ids: list[list[int]], n: int,
+                 sampling: SamplingParams) -> list[list[Completion]]:
+        """``len(prompt_token_ids)`` groups of ``n`` completions, in prompt order."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load the trainer's current weights (a no-op for engines that share the training model)."""
+        ...
