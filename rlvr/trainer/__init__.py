@@ -1,0 +1,1 @@
+"""The GRPO trainer: composes data, rollout engine, verifiers, advantages, losses and DeepSpeed."""

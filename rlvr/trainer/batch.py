@@ -1,0 +1,71 @@
+"""The typed rollout batch handed from stage to stage of a training step (no string-keyed dicts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlvr.data.prompts import Prompt
+from rlvr.rollout.base import Completion
+
+
+@dataclass
+class RolloutBatch:
+    """B prompts x G completions, flattened in group order (sample i belongs to prompt i // G).
+
+    Tensors (filled by :func:`tensorize`): N = B * G rows, P prompt columns (left-padded), T response columns
+    (right-padded). Rewards and advantages are filled by the verify and advantage stages.
+    """
+
+    prompts: list[Prompt]
+    completions: list[Completion]
+    group_size: int
+    texts: list[str] = field(default_factory=list)
+    reward_results: list[Any] = field(default_factory=list)
+    rewards: Tensor | None = None            # (N,) total reward
+    solved: Tensor | None = None             # (N,) bool: the solved-verifier scored 1
+    valid: Tensor | None = None              # (N,) bool: False when a verifier failed and failure_score is None
+    input_ids: Tensor | None = None          # (N, P + T)
+    attention_mask: Tensor | None = None     # (N, P + T)
+    response_mask: Tensor | None = None      # (N, T) 1 on response tokens that enter the loss
+    rollout_logprobs: Tensor | None = None   # (N, T) from the rollout engine
+    old_logprobs: Tensor | None = None       # (N, T) trainer's log-probs before the update (if computed)
+    ref_logprobs: Tensor | None = None       # (N, T) reference policy (if beta > 0)
+    advantages: Tensor | None = None         # (N, T)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.completions)
+
+    def prompt_of(self, i: int) -> Prompt:
+        return self.prompts[i // self.group_size]
+
+
+def tensorize(batch: RolloutBatch, pad_id: int, mask_truncated: bool) -> None:
+    """Build the padded (N, P + T) inputs from the exact sampled token ids (never re-tokenized).
+
+    ``mask_truncated`` drops samples cut at max_new_tokens from the response mask (DAPO overlong filtering).
+    """
+    n = batch.num_samples
+    prompt_ids = [batch.prompt_of(i).token_ids for i in range(n)]
+    p = max(len(x) for x in prompt_ids)
+    t = max(max(len(c.token_ids) for c in batch.completions), 1)
+    input_ids = torch.full((n, p + t), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, p + t), dtype=torch.long)
+    response_mask = torch.zeros((n, t), dtype=torch.float32)
+    rollout_lp = torch.zeros((n, t), dtype=torch.float32)
+    for i, (ids, comp) in enumerate(zip(prompt_ids, batch.completions, strict=True)):
+        k = len(comp.token_ids)
+        input_ids[i, p - len(ids):p] = torch.tensor(ids)
+        attention_mask[i, p - len(ids):p + k] = 1
+        input_ids[i, p:p + k] = torch.tensor(comp.token_ids, dtype=torch.long)
+        rollout_lp[i, :k] = torch.tensor(comp.logprobs, dtype=torch.float32)
+        if not (mask_truncated and comp.finish_reason == "length"):
+            response_mask[i, :k] = 1.0
+    if batch.valid is not None:
+        response_mask *= batch.valid.float().unsqueeze(1)
+    batch.input_ids, batch.attention_mask, batch.response_mask = input_ids, attention_mask, response_mask
+    batch.rollout_logprobs = rollout_lp

@@ -1,0 +1,641 @@
+"""The GRPO trainer: one training step is rollout -> verify -> advantages -> update -> sync -> log -> checkpoint.
+
+Usage::
+
+    from rlvr.config import load_recipe
+    from rlvr.trainer.grpo import GRPOTrainer
+
+    trainer = GRPOTrainer(load_recipe("recipes/demo.yaml"), run_dir=Path("runs/demo"))
+    summary = trainer.train()          # evals before/after, checkpoints, metrics.jsonl, plots
+
+The same code runs on one CPU process (gloo) and under ``torchrun``/``deepspeed`` on GPUs: each rank rolls out its
+share of the step's prompts (whole groups, so group baselines need no communication) and DeepSpeed reduces gradients.
+Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T response tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from rlvr import checkpoint as ckpt
+from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
+from rlvr.config import Recipe, dump_recipe
+from rlvr.data.prompts import Prompt, build_prompt_set
+from rlvr.data.sampler import EpochSampler
+from rlvr.data.sources import load_rows
+from rlvr.evaluation import EvalResult, summarize
+from rlvr.kl import AdaptiveKLController, kl_per_token
+from rlvr.logprobs import response_logprobs
+from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
+from rlvr.metrics import MetricsLogger, read_metrics
+from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from rlvr.plots import plot_curves
+from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.trainer.batch import RolloutBatch, tensorize
+from rlvr.trainer.distributed import DistInfo, all_gather_objects, all_reduce_sum, init_distributed
+from rlvr.trainer.progress import TrainProgress
+from verifiers.reward import RewardFunction, VerifierSpec
+from verifiers.registry import get_verifier
+
+STAGES = ("rollout", "reward", "advantages", "update", "sync", "checkpoint")
+
+
+class StageTimer:
+    """Wall-clock seconds per stage of one step (``time/<stage>_s`` metrics)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+
+
+def verifier_specs(recipe: Recipe) -> list[VerifierSpec]:
+    """The recipe's verifiers plus the ones its algorithm adds (DAPO soft overlong punishment)."""
+    specs = [VerifierSpec(name=v.name, weight=v.weight, kwargs=dict(v.kwargs), timeout_s=v.timeout_s)
+             for v in recipe.verifiers]
+    ov = recipe.algorithm.overlong
+    if ov.enabled:
+        specs.append(VerifierSpec(name="overlong", weight=1.0,
+                                  kwargs={"buffer_tokens": ov.buffer_tokens, "penalty": ov.penalty}))
+    return specs
+
+
+def sample_dict(prompt: Prompt, completion: Completion, max_new_tokens: int) -> dict[str, Any]:
+    """What a verifier sees: the dataset row, the prompt text and the completion's token facts."""
+    return {**prompt.row, "prompt": prompt.text, "completion_tokens": len(completion.token_ids),
+            "max_new_tokens": max_new_tokens, "finish_reason": completion.finish_reason}
+
+
+class GRPOTrainer:
+    """Group-relative policy optimisation on DeepSpeed, with the recipe's advantage estimator, loss aggregation,
+    clipping, KL and entropy terms.
+
+    Args:
+        recipe: a validated :class:`rlvr.config.Recipe`.
+        run_dir: where metrics, samples, plots, checkpoints and the resolved recipe go.
+        resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine).
+        rollout_engine: inject an engine (tests); default: built from ``rollout.engine``.
+    Raises:
+        rlvr.data.sources.DataError, rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume
+        without checkpoint): all before the model is loaded, except the last.
+    """
+
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None) -> None:
+        self.recipe = recipe
+        self.run_dir = Path(run_dir)
+        self.dist: DistInfo = init_distributed()
+        r = recipe
+        if r.trainer.num_threads:
+            torch.set_num_threads(r.trainer.num_threads)
+        self._seed_everything(r.seed + self.dist.rank)
+        if r.rollout.prompts_per_step % self.dist.world_size:
+            raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
+                             f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
+        if resume and ckpt.latest_checkpoint(self.run_dir) is None:
+            raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
+
+        # cheap checks first: data, verifiers, model path; the expensive model load comes last
+        rows = load_rows(r.data)
+        self.specs = verifier_specs(r)
+        for spec in self.specs:
+            get_verifier(spec.name)
+        model_path = resolve_model_path(r.model.name)
+        # the verifier pool forks before the model is loaded: workers stay small
+        self.reward_fn = RewardFunction(self.specs, num_workers=r.reward.num_workers,
+                                        failure_score=r.reward.failure_score)
+        self.labels = list(self._labels())
+        self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
+
+        self.tokenizer = load_tokenizer(model_path, r.model)
+        self.prompt_set = build_prompt_set(rows, self.tokenizer, r.data, seed=r.seed)
+        self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
+        self.eos_ids = eos_token_ids(self.model, self.tokenizer)
+        self.autocast_dtype = torch.bfloat16 if r.trainer.bf16 else None
+        self.ref_model = None
+        if r.algorithm.kl.beta > 0:
+            self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
+            self.ref_model.requires_grad_(False)
+        self.engine = self._init_deepspeed()
+        self.rollout_engine = rollout_engine or self._build_rollout_engine()
+        self.sampler = EpochSampler(len(self.prompt_set.train), seed=r.seed)
+        self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
+        self.step_done = 0
+        self.tokens_generated = 0
+        self.eval_before: dict[str, Any] | None = None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        if self.dist.is_main:
+            (self.run_dir / "recipe.resolved.yaml").write_text(dump_recipe(r))
+        if resume:
+            self._resume()
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _labels(self) -> Iterator[str]:
+        seen: dict[str, int] = {}
+        for spec in self.specs:
+            seen[spec.name] = seen.get(spec.name, 0) + 1
+            yield spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
+
+    def _optimizer_steps(self) -> int:
+        a = self.recipe.algorithm
+        return self.recipe.trainer.steps * a.ppo_epochs * a.mini_batches
+
+    def _lr_lambda(self, opt_step: int) -> float:
+        o = self.recipe.optim
+        if o.warmup_steps and opt_step < o.warmup_steps:
+            return (opt_step + 1) / o.warmup_steps
+        total = max(self._optimizer_steps() - o.warmup_steps, 1)
+        progress = min(max(opt_step - o.warmup_steps, 0) / total, 1.0)
+        if o.schedule == "linear":
+            return 1.0 - progress
+        if o.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    def _init_deepspeed(self) -> Any:
+        import deepspeed
+
+        r = self.recipe
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if r.trainer.offload_optimizer:
+            from deepspeed.ops.adam import DeepSpeedCPUAdam
+            optimizer = DeepSpeedCPUAdam(params, lr=r.optim.lr, betas=r.optim.betas, weight_decay=r.optim.weight_decay)
+        else:
+            optimizer = torch.optim.AdamW(params, lr=r.optim.lr, betas=r.optim.betas,
+                                          weight_decay=r.optim.weight_decay)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self._lr_lambda)
+        zero: dict[str, Any] = {"stage": r.trainer.zero_stage}
+        if r.trainer.offload_optimizer:
+            zero["offload_optimizer"] = {"device": "cpu"}
+        ds_config = {
+            "train_micro_batch_size_per_gpu": r.optim.micro_batch_size,
+            "gradient_accumulation_steps": 1,
+            # we call backward() once per micro-batch with loss already normalised by the mini-batch's global token/
+            # sample count, then step() once per mini-batch: DeepSpeed must not rescale or step on its own
+            "managed_gradient_accumulation": False,
+            "gradient_clipping": r.optim.grad_clip or 0.0,
+            "zero_optimization": zero,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        engine, _, _, _ = deepspeed.initialize(model=self.model, optimizer=optimizer, lr_scheduler=scheduler,
+                                               config=ds_config)
+        return engine
+
+    def _build_rollout_engine(self) -> Any:
+        r = self.recipe
+        if r.rollout.engine == "hf":
+            from rlvr.rollout.hf import HFRolloutEngine
+            return HFRolloutEngine(self.model, self.tokenizer, self.eos_ids, batch_size=r.rollout.generation_batch_size,
+                                   autocast_dtype=self.autocast_dtype)
+        from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
+        return VLLMRolloutEngine.from_recipe(r, self.model, self.tokenizer, self.eos_ids)
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step_done, "sampler": self.sampler.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
+                "tokens_generated": self.tokens_generated, "eval_before": self.eval_before}
+
+    def _resume(self) -> None:
+        path = ckpt.latest_checkpoint(self.run_dir)
+        state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
+        self.step_done = int(state["step"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        self.tokens_generated = int(state.get("tokens_generated", 0))
+        self.eval_before = state.get("eval_before")
+        self.rollout_engine.sync_weights(self.model)
+        self.logger.truncate_after(self.step_done)
+        if self.dist.is_main:
+            print(f"resumed from {path} at step {self.step_done}")
+
+    def save(self) -> Path:
+        """Checkpoint the current step (atomic), and refresh the plots."""
+        path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
+                                    self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank)
+        self._plot()
+        return path
+
+    def _plot(self) -> None:
+        if self.dist.is_main:
+            plot_curves(read_metrics(self.run_dir), self.run_dir / "plots" / "curves.png",
+                        title=f"{self.recipe.model.name} | {self.run_dir.name}")
+
+    # ------------------------------------------------------------------------------------------------ stages
+    def _my_share(self, items: list[Any]) -> list[Any]:
+        return items[self.dist.rank::self.dist.world_size]
+
+    def _sampling(self) -> SamplingParams:
+        ro = self.recipe.rollout
+        return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
+                              max_new_tokens=ro.max_new_tokens)
+
+    def rollout(self, num_prompts: int) -> RolloutBatch:
+        """Draw ``num_prompts`` training prompts (this rank's share) and sample G completions for each."""
+        g = self.recipe.rollout.group_size
+        prompts = [self.prompt_set.train[i] for i in self._my_share(self.sampler.sample(num_prompts))]
+        groups = self.rollout_engine.generate([p.token_ids for p in prompts], g, self._sampling())
+        completions = [c for group in groups for c in group]
+        texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
+        return RolloutBatch(prompts=prompts, completions=completions, group_size=g, texts=texts)
+
+    def verify(self, batch: RolloutBatch) -> None:
+        """Score every completion with the recipe's verifiers (in the worker pool; failures cost one sample)."""
+        max_new = self.recipe.rollout.max_new_tokens
+        samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
+        batch.reward_results = self.reward_fn.score(batch.texts, samples)
+        batch.rewards = torch.tensor([r.total for r in batch.reward_results], dtype=torch.float32)
+        batch.solved = torch.tensor([(r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
+                                     for r in batch.reward_results])
+        drop_failed = self.recipe.reward.failure_score is None
+        batch.valid = torch.tensor([not (drop_failed and r.failures) for r in batch.reward_results])
+
+    def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
+        """Rollout + verify, with DAPO dynamic sampling when enabled: groups whose rewards are all equal carry no
+        gradient and are dropped, and more prompts are drawn until B groups remain or ``max_rounds`` is reached (then
+        the step trains on what it has, and says so in ``rollout/batch_filled``)."""
+        r = self.recipe
+        timer = StageTimer()
+        want = r.rollout.prompts_per_step
+        ds = r.algorithm.dynamic_sampling
+        kept: list[RolloutBatch] = []
+        have, rounds, zero_var_before, groups_seen = 0, 0, 0, 0
+        while True:
+            rounds += 1
+            with timer("rollout"):
+                part = self.rollout(want - have if ds.enabled else want)
+            with timer("reward"):
+                self.verify(part)
+            rewards = part.rewards.view(-1, part.group_size)
+            zero_var = (rewards.max(dim=1).values - rewards.min(dim=1).values) < 1e-9  # (B_part,)
+            zero_var_before += int(zero_var.sum())
+            groups_seen += len(part.prompts)
+            if ds.enabled:
+                part = _select_groups(part, ~zero_var)
+            kept.append(part)
+            have += int(all_reduce_sum(torch.tensor([len(part.prompts)]))[0])
+            if not ds.enabled or have >= want or rounds >= ds.max_rounds:
+                break
+        batch = _concat(kept)
+        info = {"rollout/rounds": float(rounds),
+                "rollout/zero_var_groups_before_filter": zero_var_before / max(groups_seen, 1),
+                "rollout/batch_filled": have / want}
+        return batch, info, timer
+
+    def compute_advantages(self, batch: RolloutBatch) -> None:
+        """Group-baseline advantages per sample, broadcast to tokens; KL-in-reward when the recipe places KL there."""
+        a = self.recipe.algorithm
+        tensorize(batch, int(self.tokenizer.pad_token_id), a.mask_truncated)
+        if not batch.prompts:
+            batch.advantages = torch.zeros_like(batch.response_mask)
+            return
+        need_old = a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None or (
+            self.ref_model is not None and a.kl.placement == "reward")
+        if need_old:
+            batch.old_logprobs = self._logprobs(self.engine, batch)
+        if self.ref_model is not None:
+            batch.ref_logprobs = self._logprobs(self.ref_model, batch)
+        estimator = get_estimator(a.advantage.type)
+        rewards = batch.rewards.view(-1, batch.group_size)  # (B, G)
+        adv = estimator(rewards, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps).reshape(-1)  # (N,)
+        token_adv = broadcast_to_tokens(adv, batch.response_mask)  # (N, T)
+        if self.ref_model is not None and a.kl.placement == "reward":
+            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, "k1")
+            token_adv = subtract_kl_from_returns(token_adv, kl, batch.response_mask, self.kl_ctl.beta)
+        batch.advantages = token_adv
+
+    @torch.no_grad()
+    def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
+        out = torch.zeros_like(batch.response_mask)
+        for idx in self._micro_batches(list(range(batch.num_samples))):
+            ids, am, t = self._trim(batch, idx)
+            lp, _ = response_logprobs(model, ids, am, t, temperature=self.recipe.rollout.temperature,
+                                      autocast_dtype=self.autocast_dtype)
+            out[idx, :t] = lp.float().cpu()
+        return out
+
+    def _micro_batches(self, indices: list[int]) -> list[list[int]]:
+        m = self.recipe.optim.micro_batch_size
+        return [indices[i:i + m] for i in range(0, len(indices), m)]
+
+    def _trim(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The micro-batch's rows with all-padding columns cut off: leading prompt padding and trailing response
+        padding (the response part keeps its own max length T_micro)."""
+        am = batch.attention_mask[idx]
+        p = batch.input_ids.shape[1] - batch.response_mask.shape[1]
+        t = max(int(batch.response_mask[idx].sum(1).max().item()),
+                max(len(batch.completions[i].token_ids) for i in idx), 1)
+        first = int(am[:, :p].sum(0).nonzero()[0].item()) if am[:, :p].any() else 0
+        dev = self.dist.device
+        return batch.input_ids[idx, first:p + t].to(dev), am[:, first:p + t].to(dev), t
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """``ppo_epochs`` passes over the batch, ``mini_batches`` optimizer steps per pass, gradient accumulation over
+        micro-batches. Each micro-batch's loss is normalised by the whole mini-batch's (all ranks') token/sample count,
+        so accumulation gives exactly the mini-batch loss."""
+        r, a = self.recipe, self.recipe.algorithm
+        self.engine.train()
+        self.model.eval()  # dropout stays off (see rlvr.models.load_causal_lm)
+        n = batch.num_samples
+        world = self.dist.world_size
+        sums: dict[str, float] = {}
+
+        def add(key: str, value: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value
+
+        gen = torch.Generator().manual_seed(r.seed * 1_000_003 + self.step_done)
+        for epoch in range(a.ppo_epochs):
+            order = torch.randperm(n, generator=gen).tolist() if (a.ppo_epochs > 1 or a.mini_batches > 1) \
+                else list(range(n))
+            size = math.ceil(n / a.mini_batches) if n else 0
+            for mb_start in range(0, max(n, 1), max(size, 1)):
+                mb = order[mb_start:mb_start + size]
+                mask_mb = batch.response_mask[mb] if mb else torch.zeros(0, 1)
+                global_tokens = float(all_reduce_sum(mask_mb.sum().reshape(1))[0])
+                global_seqs = float(all_reduce_sum(torch.tensor([float(len(mb))]))[0])
+                for idx in self._micro_batches(mb):
+                    ids, am, t = self._trim(batch, idx)
+                    mask = batch.response_mask[idx, :t].to(ids.device)
+                    logp, entropy = response_logprobs(self.engine, ids, am, t, temperature=r.rollout.temperature,
+                                                      autocast_dtype=self.autocast_dtype,
+                                                      entropy_grad=a.entropy_coef > 0)
+                    old = (batch.old_logprobs[idx, :t].to(ids.device) if batch.old_logprobs is not None
+                           else logp.detach())
+                    adv = batch.advantages[idx, :t].to(ids.device)
+                    out = ppo_clip_loss(logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high,
+                                        clip_ratio_c=a.clip_ratio_c)
+                    tok_loss = out.loss
+                    if a.tis_cap is not None:
+                        rollout_lp = batch.rollout_logprobs[idx, :t].to(ids.device)
+                        tok_loss = tok_loss * torch.exp(old - rollout_lp).clamp(max=a.tis_cap).detach()
+                    if batch.ref_logprobs is not None:
+                        kl = kl_per_token(logp, batch.ref_logprobs[idx, :t].to(ids.device), a.kl.estimator)
+                        if a.kl.placement == "loss":
+                            tok_loss = tok_loss + self.kl_ctl.beta * kl
+                        add("kl", float((kl.detach() * mask).sum()))
+                    if a.entropy_coef > 0:
+                        tok_loss = tok_loss - a.entropy_coef * entropy
+                    loss = aggregate_loss(tok_loss, mask, a.loss_agg, num_tokens=max(global_tokens, 1.0),
+                                          num_seqs=max(global_seqs, 1.0), max_len=r.rollout.max_new_tokens)
+                    # DeepSpeed averages gradients over ranks; our normaliser is already global, so undo the mean
+                    self.engine.backward(loss * world, scale_wrt_gas=False)
+                    ntok = float(mask.sum())
+                    add("loss", float(loss.detach()))
+                    add("tokens", ntok)
+                    add("clip_fraction", float(out.clipped.sum()))
+                    add("ratio", float(out.ratio.sum()))
+                    if epoch == 0 and mb_start == 0 or a.ppo_epochs == 1 and a.mini_batches == 1:
+                        add("entropy_tokens", ntok)
+                        add("entropy", float((entropy.detach() * mask).sum()))
+                        rollout_lp = batch.rollout_logprobs[idx, :t].to(ids.device)
+                        diff = ((logp.detach() - rollout_lp).abs() * mask)
+                        add("mismatch", float(diff.sum()))
+                        sums["mismatch_max"] = max(sums.get("mismatch_max", 0.0), float(diff.max()) if ntok else 0.0)
+                self.engine.step()
+                norm = self.engine.get_global_grad_norm()
+                add("grad_norm", float(norm) if norm is not None else float("nan"))
+                add("opt_steps", 1.0)
+        keys = ["loss", "tokens", "clip_fraction", "ratio", "entropy", "entropy_tokens", "mismatch", "kl"]
+        totals = all_reduce_sum(torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64))
+        tot = dict(zip(keys, totals.tolist(), strict=True))
+        tokens = max(tot["tokens"], 1.0)
+        ent_tokens = max(tot["entropy_tokens"], 1.0)
+        metrics = {
+            "train/loss": tot["loss"] / max(sums.get("opt_steps", 1.0), 1.0),
+            "train/clip_fraction": tot["clip_fraction"] / tokens,
+            "train/ratio_mean": tot["ratio"] / tokens,
+            "train/entropy": tot["entropy"] / ent_tokens,
+            "train/rollout_logprob_diff_mean": tot["mismatch"] / ent_tokens,
+            "train/rollout_logprob_diff_max": sums.get("mismatch_max", 0.0),
+            "train/grad_norm": sums.get("grad_norm", 0.0) / max(sums.get("opt_steps", 1.0), 1.0),
+            "train/lr": float(self.engine.get_lr()[0]),
+            "train/optimizer_steps": sums.get("opt_steps", 0.0),
+        }
+        if self.ref_model is not None:
+            metrics["train/kl"] = tot["kl"] / tokens
+            metrics["train/kl_beta"] = self.kl_ctl.beta
+            self.kl_ctl.update(metrics["train/kl"])
+        return metrics
+
+    # ------------------------------------------------------------------------------------------------ the step
+    def step(self) -> dict[str, float]:
+        """One training step: rollout -> verify -> advantages -> update -> sync; returns its metrics."""
+        batch, info, timer = self.collect()
+        with timer("advantages"):
+            self.compute_advantages(batch)
+        with timer("update"):
+            train_metrics = self.update(batch) if batch.prompts else {"train/skipped_empty_batch": 1.0}
+        with timer("sync"):
+            self.rollout_engine.sync_weights(self.model)
+        self.step_done += 1
+        self._write_samples(self.step_done, batch)
+        metrics = {**info, **self._rollout_metrics(batch, timer), **train_metrics}
+        metrics.update({f"time/{k}_s": v for k, v in timer.seconds.items()})
+        return metrics
+
+    def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
+        """Reward/solve-rate/length statistics of the step, summed over ranks."""
+        lengths = torch.tensor([float(len(c.token_ids)) for c in batch.completions])
+        solved = batch.solved.float() if batch.solved is not None else torch.zeros(0)
+        truncated = torch.tensor([float(c.finish_reason == "length") for c in batch.completions])
+        rewards = batch.rewards if batch.rewards is not None else torch.zeros(0)
+        per_label = [[(res.scores.get(lbl) if res.scores.get(lbl) is not None else float("nan"))
+                      for lbl in self.labels] for res in batch.reward_results]
+        vals = torch.tensor(per_label, dtype=torch.float64).reshape(-1, len(self.labels))
+        judged = ~torch.isnan(vals)
+        zero_var = 0.0
+        if batch.prompts:
+            g = rewards.view(-1, batch.group_size)
+            zero_var = float(((g.max(1).values - g.min(1).values) < 1e-9).sum())
+        fails = float(sum(1 for res in batch.reward_results if res.failures))
+        stats = torch.cat([torch.tensor([
+            float(len(lengths)), float(rewards.sum()), float((rewards.double() ** 2).sum()), float(solved.sum()),
+            float(lengths.sum()), float((lengths * solved).sum()), float(truncated.sum()), zero_var,
+            float(len(batch.prompts)), fails], dtype=torch.float64),
+            torch.where(judged, vals, 0.0).sum(0), judged.double().sum(0)])
+        s = all_reduce_sum(stats).tolist()
+        n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nfail = s[:10]
+        k = len(self.labels)
+        vsum, vcount = s[10:10 + k], s[10 + k:10 + 2 * k]
+        n = max(n, 1.0)
+        self.tokens_generated += int(lsum)
+        out = {
+            "reward/mean": rsum / n,
+            "reward/std": math.sqrt(max(rsq / n - (rsum / n) ** 2, 0.0)),
+            "reward/solve_rate": nsolved / n,
+            "reward/zero_var_groups": zvar / max(ngroups, 1.0),
+            "reward/verifier_failures": nfail,
+            "rollout/response_length": lsum / n,
+            "rollout/response_length_correct": lsolved / nsolved if nsolved else float("nan"),
+            "rollout/response_length_incorrect": (lsum - lsolved) / (n - nsolved) if n > nsolved else float("nan"),
+            "rollout/truncated": ntrunc / n,
+            "rollout/tokens": lsum,
+            "rollout/tokens_per_s": lsum / max(timer.seconds.get("rollout", 0.0), 1e-9),
+            "rollout/tokens_generated_total": float(self.tokens_generated),
+        }
+        for lbl, vs, vc in zip(self.labels, vsum, vcount, strict=True):
+            out[f"reward/{lbl}"] = vs / vc if vc else float("nan")
+        return out
+
+    def _write_samples(self, step: int, batch: RolloutBatch) -> None:
+        """``samples/step-N.jsonl``: one line per sample of rank 0 (prompt, completion, rewards per verifier)."""
+        every = self.recipe.trainer.log_samples_every
+        if not (self.dist.is_main and every and step % every == 0):
+            return
+        out = self.run_dir / "samples" / f"step-{step}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w") as fh:
+            for i, (comp, text, res) in enumerate(zip(batch.completions, batch.texts, batch.reward_results,
+                                                      strict=True)):
+                prompt = batch.prompt_of(i)
+                fh.write(json.dumps({
+                    "prompt_index": prompt.index, "group": i // batch.group_size, "prompt": prompt.text,
+                    "answer": prompt.row.get(self.recipe.data.answer_field) if self.recipe.data.answer_field else None,
+                    "completion": text, "reward": res.total, "scores": res.scores, "extras": res.extras,
+                    "failures": res.failures, "tokens": len(comp.token_ids), "finish_reason": comp.finish_reason,
+                    "advantage": float(batch.advantages[i, 0]) if batch.advantages is not None and
+                    batch.advantages.shape[1] else None}, default=str) + "\n")
+
+    # ------------------------------------------------------------------------------------------------ eval
+    @torch.no_grad()
+    def evaluate(self, k: int | None = None) -> EvalResult | None:
+        """Held-out pass@1 (with standard error), pass@k, maj@k and length on the eval split; None when it is empty.
+
+        Sampling uses its own seeded RNG stream (the training RNG is saved and restored), so an eval never changes the
+        training run's numbers.
+        """
+        ev = self.recipe.eval
+        if not self.prompt_set.eval:
+            return None
+        return run_eval(self.rollout_engine, self.tokenizer, self.prompt_set.eval, self.reward_fn, self.solved_label,
+                        k=k or ev.k, temperature=ev.temperature,
+                        max_new_tokens=ev.max_new_tokens or self.recipe.rollout.max_new_tokens,
+                        top_p=self.recipe.rollout.top_p, seed=ev.seed, rank=self.dist.rank,
+                        world_size=self.dist.world_size)
+
+    # ------------------------------------------------------------------------------------------------ the loop
+    def train(self) -> dict[str, Any]:
+        """Run the remaining steps with an eval before the first and after the last; returns the summary."""
+        r = self.recipe
+        start_time = time.perf_counter()
+        if r.eval.enabled and self.eval_before is None:
+            result = self.evaluate()
+            self.eval_before = result.as_dict() if result else None
+            if self.eval_before:
+                self.logger.log(0, {f"eval/{k}": v for k, v in self.eval_before.items()})
+        progress = TrainProgress(total=r.trainer.steps, done=self.step_done, enabled=self.dist.is_main)
+        with progress:
+            while self.step_done < r.trainer.steps:
+                metrics = self.step()
+                step = self.step_done
+                if r.eval.enabled and r.eval.every and step % r.eval.every == 0 and step < r.trainer.steps:
+                    res = self.evaluate()
+                    if res:
+                        metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
+                self.logger.log(step, metrics)
+                progress.update(step, metrics)
+                if r.trainer.save_every and step % r.trainer.save_every == 0 and step < r.trainer.steps:
+                    self.save()
+        eval_after = None
+        if r.eval.enabled:
+            res = self.evaluate()
+            eval_after = res.as_dict() if res else None
+            if eval_after:
+                self.logger.log(self.step_done, {f"eval/{k}": v for k, v in eval_after.items()})
+        final = self.save()
+        summary = self._summary(eval_after, time.perf_counter() - start_time, final)
+        self.logger.close()
+        self.reward_fn.close()
+        return summary
+
+    def _summary(self, eval_after: dict | None, seconds: float, final: Path) -> dict[str, Any]:
+        summary: dict[str, Any] = {"steps": self.step_done, "wall_time_s": round(seconds, 1),
+                                   "tokens_generated": self.tokens_generated, "final_checkpoint": str(final),
+                                   "model": str(final / "model"), "eval_before": self.eval_before,
+                                   "eval_after": eval_after}
+        b, a = self.eval_before, eval_after
+        if b and a:
+            diff = a["pass_at_1"] - b["pass_at_1"]
+            se = math.sqrt(a["pass_at_1_se"] ** 2 + b["pass_at_1_se"] ** 2)
+            summary.update(pass_at_1_change=diff, pass_at_1_change_se=se,
+                           pass_at_1_change_z=diff / se if se > 0 else float("nan"))
+        if self.dist.is_main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            self._plot()
+        return summary
+
+
+def _select_groups(batch: RolloutBatch, keep: torch.Tensor) -> RolloutBatch:
+    """The batch restricted to the groups where ``keep`` (B,) is True."""
+    g = batch.group_size
+    groups = [i for i, k in enumerate(keep.tolist()) if k]
+    rows = [i * g + j for i in groups for j in range(g)]
+    return RolloutBatch(prompts=[batch.prompts[i] for i in groups], completions=[batch.completions[i] for i in rows],
+                        group_size=g, texts=[batch.texts[i] for i in rows],
+                        reward_results=[batch.reward_results[i] for i in rows], rewards=batch.rewards[rows],
+                        solved=batch.solved[rows], valid=batch.valid[rows])
+
+
+def _concat(parts: list[RolloutBatch]) -> RolloutBatch:
+    g = parts[0].group_size
+    return RolloutBatch(
+        prompts=[p for b in parts for p in b.prompts], completions=[c for b in parts for c in b.completions],
+        group_size=g, texts=[t for b in parts for t in b.texts],
+        reward_results=[x for b in parts for x in b.reward_results],
+        rewards=torch.cat([b.rewards for b in parts]), solved=torch.cat([b.solved for b in parts]),
+        valid=torch.cat([b.valid for b in parts]))
+
+
+def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: RewardFunction, solved_label: str, *,
+             k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, seed: int = 1234, rank: int = 0,
+             world_size: int = 1) -> EvalResult:
+    """Sample k completions per held-out prompt and summarise (greedy when temperature is 0, then k = 1).
+
+    Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
+    """
+    from verifiers.math_answer import extract_answer
+
+    if temperature == 0:
+        k = 1
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    mine = prompts[rank::world_size]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + rank)
+        groups = engine.generate([p.token_ids for p in mine], k, sampling) if mine else []
+    comps = [c for grp in groups for c in grp]
+    texts = tokenizer.batch_decode([c.token_ids for c in comps], skip_special_tokens=True)
+    samples = [sample_dict(mine[i // k], c, max_new_tokens) for i, c in enumerate(comps)]
+    results = reward_fn.score(texts, samples) if comps else []
+    rows = []
+    for j in range(len(mine)):
+        sl = slice(j * k, (j + 1) * k)
+        rows.append(dict(
+            correct=[(res.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for res in results[sl]],
+            answers=[extract_answer(t) for t in texts[sl]],
+            rewards=[res.total for res in results[sl]],
+            lengths=[len(c.token_ids) for c in comps[sl]],
+            truncated=[c.finish_reason == "length" for c in comps[sl]]))
+    rows = [row for part in all_gather_objects(rows) for row in part]
+    return summarize(**{key: [row[key] for row in rows] for key in ("correct", "answers", "rewards", "lengths",
+                                                                     "truncated")})
