@@ -1,0 +1,26 @@
+"""Rule-based reward functions for RLVR: math answers, R1 format tags, countdown equations, length shaping.
+
+Quick use::
+
+    from verifiers import get_verifier, math_equal
+    math_equal("\\frac{1}{2}", "so the answer is \\boxed{0.5}")        # True
+    get_verifier("format")("<think>x</think><answer>4</answer>", {})   # {"score": 1.0, "reason": "ok"}
+
+Importing the package registers the built-ins: ``math``, ``format``, ``boxed_format``, ``countdown``,
+``overlong``, ``length_penalty`` (and ``code`` when :mod:`verifiers.code` is importable). This package never
+imports torch, transformers or :mod:`rlvr`.
+"""
+
+from verifiers.registry import get_verifier, registered_names, verifier
+from verifiers import countdown as _countdown  # noqa: F401  (registers "countdown")
+from verifiers import format_tags as _format_tags  # noqa: F401  (registers "format", "boxed_format")
+from verifiers import length as _length  # noqa: F401  (registers "overlong", "length_penalty")
+from verifiers import math_answer as _math_answer  # noqa: F401  (registers "math")
+from verifiers.math_answer import extract_answer, judge_math, math_equal
+
+try:  # written by another engineer against this registry; optional
+    from verifiers import code as _code  # noqa: F401
+except ImportError:
+    pass
+
+__all__ = ["extract_answer", "get_verifier", "judge_math", "math_equal", "registered_names", "verifier"]

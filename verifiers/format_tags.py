@@ -1,0 +1,114 @@
+"""Format rewards: the R1 ``<think>...</think><answer>...</answer>`` layout, and "has a ``\\boxed{}``".
+
+The R1 layout (DeepSeek-R1, arXiv 2501.12948, section 2.2.2) is checked strictly, because lenient regexes
+reward broken layouts (see ``shared/cases/format_dev.jsonl``, written against open-r1's ``format_reward`` and
+trl's ``think_format_reward``): ``re.MULTILINE`` ``$`` lets text follow ``</answer>``, a non-greedy ``.*?``
+spans two answers. Here the tags are counted, not pattern-matched.
+
+Example::
+
+    >>> check_r1_format("<think>\\n2+2=4\\n</think>\\n<answer>4</answer>").ok
+    True
+    >>> check_r1_format("<think>x</think><answer>4</answer> Hope this helps!").reason
+    'text after </answer>'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from verifiers.math_extract import find_boxed
+from verifiers.registry import verifier
+
+_TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+@dataclass(frozen=True)
+class FormatVerdict:
+    """``ok`` is True when the layout is valid; ``reason`` says what is wrong (``"ok"`` otherwise)."""
+
+    ok: bool
+    reason: str
+
+
+def check_r1_format(
+    completion: str,
+    *,
+    think_tag: str = "think",
+    answer_tag: str = "answer",
+    think_prefilled: bool = False,
+) -> FormatVerdict:
+    """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then only
+    whitespace.
+
+    Leading whitespace is allowed before the think block and only whitespace between the two blocks. Tags
+    are case-sensitive. When the chat template already put ``<think>`` in the prompt (``think_prefilled``),
+    the completion starts inside the think block, so the opening tag is added back before checking (a
+    completion that repeats it is accepted too).
+
+    Raises:
+        ValueError: a tag name that is not a plain identifier (letters, digits, ``_``, ``-``).
+    """
+    for tag in (think_tag, answer_tag):
+        if not _TAG_NAME.match(tag):
+            raise ValueError(f"tag names must be plain identifiers like 'think', got {tag!r}")
+    if think_tag == answer_tag:
+        raise ValueError(f"think_tag and answer_tag must differ, both are {think_tag!r}")
+    t_open, t_close, a_open, a_close = f"<{think_tag}>", f"</{think_tag}>", f"<{answer_tag}>", f"</{answer_tag}>"
+    text = completion
+    if think_prefilled and not text.lstrip().startswith(t_open):
+        text = t_open + text
+    for tag in (t_open, t_close, a_open, a_close):
+        count = text.count(tag)
+        if count != 1:
+            return FormatVerdict(False, f"{tag} appears {count} times, expected once")
+    body = text.lstrip()
+    if not body.startswith(t_open):
+        return FormatVerdict(False, f"text before {t_open}")
+    think_end = body.index(t_close)
+    answer_start = body.index(a_open)
+    answer_end = body.index(a_close)
+    if not think_end < answer_start < answer_end:
+        return FormatVerdict(False, f"tags out of order, expected {t_open}..{t_close} {a_open}..{a_close}")
+    if not body[len(t_open) : think_end].strip():
+        return FormatVerdict(False, f"empty {think_tag} block")
+    if body[think_end + len(t_close) : answer_start].strip():
+        return FormatVerdict(False, f"text between {t_close} and {a_open}")
+    if not body[answer_start + len(a_open) : answer_end].strip():
+        return FormatVerdict(False, f"empty {answer_tag} block")
+    if body[answer_end + len(a_close) :].strip():
+        return FormatVerdict(False, f"text after {a_close}")
+    return FormatVerdict(True, "ok")
+
+
+def prompt_prefills_think(prompt: str, think_tag: str = "think") -> bool:
+    """True when the rendered prompt ends with an opening think tag (chat templates of R1-style models)."""
+    return prompt.rstrip().endswith(f"<{think_tag}>")
+
+
+@verifier("format")
+def r1_format(
+    completion: str,
+    sample: dict,
+    *,
+    think_tag: str = "think",
+    answer_tag: str = "answer",
+    think_prefilled: bool | None = None,
+) -> dict:
+    """R1 format reward: 1.0 for a valid ``<think>..</think><answer>..</answer>`` layout, else 0.0.
+
+    Reads ``sample["prompt"]`` (optional) when ``think_prefilled`` is ``None``: a prompt ending in
+    ``<think>`` means the template prefilled the opening tag. Returns ``{"score", "reason"}``.
+    """
+    if think_prefilled is None:
+        think_prefilled = prompt_prefills_think(str(sample.get("prompt", "")), think_tag)
+    verdict = check_r1_format(completion, think_tag=think_tag, answer_tag=answer_tag, think_prefilled=think_prefilled)
+    return {"score": 1.0 if verdict.ok else 0.0, "reason": verdict.reason}
+
+
+@verifier("boxed_format")
+def boxed_format(completion: str, sample: dict) -> float:
+    """1.0 if ``completion`` contains a ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces and
+    non-empty content, else 0.0. Reads no sample fields."""
+    return 1.0 if any(content.strip() for content in find_boxed(completion)) else 0.0

@@ -1,0 +1,121 @@
+"""The math answer verifier: extract the final answer, parse both sides, compare.
+
+Example::
+
+    >>> math_equal("\\\\frac{1}{2}", "so the answer is \\\\boxed{0.5}")
+    True
+    >>> math_equal("20 \\\\text{ cm}", "\\\\boxed{20 \\\\text{ m}}")
+    False
+
+Pipeline: :func:`verifiers.math_extract.extract_answer` (both sides; golds can be whole solutions) ->
+:func:`verifiers.math_parse.parse_answer` (structure + latex2sympy leaves) ->
+:func:`verifiers.math_compare.answers_equal`. If our parser cannot read an answer, two answers are equal
+only when their normalized texts are identical.
+
+``math_equal`` has no timeout of its own (sympy can be slow on adversarial input); the registered ``math``
+verifier runs inside :class:`verifiers.reward.RewardFunction`'s worker processes, which kill a call that
+runs past its deadline. Exact numbers that would need more than ``MAX_DIGITS`` digits are never evaluated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from verifiers.math_compare import CompareConfig, answers_equal
+from verifiers.math_extract import extract_answer
+from verifiers.math_normalize import normalize
+from verifiers.math_parse import Answer, AnswerParseError, Scalar, parse_answer
+from verifiers.registry import verifier
+
+__all__ = ["MathVerdict", "extract_answer", "judge_math", "math_equal", "math_reward"]
+
+
+@dataclass(frozen=True)
+class MathVerdict:
+    """``equal`` is None when the gold itself cannot be judged; ``reason`` says why it is not True."""
+
+    equal: bool | None
+    gold_answer: str | None
+    pred_answer: str | None
+    reason: str
+
+
+def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -> MathVerdict:
+    """Judge a response (or a bare answer) ``pred`` against ``gold`` and say why.
+
+    Args:
+        gold: the reference answer or a full reference solution (its last ``\\boxed{}`` is used); ints and
+            floats are converted with ``str()``.
+        pred: a whole model response or just its answer.
+        min_sig_digits: significant digits a decimal needs to match a non-equal exact value approximately.
+
+    Raises:
+        TypeError: ``pred`` is not a str, or ``gold`` is not a str/int/float.
+    """
+    if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
+        raise TypeError(f"gold must be a str, int or float, got {type(gold).__name__}")
+    if not isinstance(pred, str):
+        raise TypeError(f"pred must be a str, got {type(pred).__name__}")
+    gold_text = extract_answer(str(gold)) or str(gold).strip()
+    pred_text = extract_answer(pred)
+    if not gold_text:
+        return MathVerdict(None, None, pred_text, "empty gold")
+    if pred_text is None:
+        return MathVerdict(False, gold_text, None, "no answer found")
+    cfg = CompareConfig(min_sig_digits=min_sig_digits)
+    try:
+        gold_answer: Answer | None = parse_answer(gold_text)
+    except AnswerParseError:
+        gold_answer = None
+    try:
+        decimal_comma = isinstance(gold_answer, Scalar)
+        pred_answer: Answer | None = parse_answer(pred_text, decimal_comma=decimal_comma)
+    except AnswerParseError:
+        pred_answer = None
+    if gold_answer is None or pred_answer is None:
+        same = _compact(normalize(gold_text)) == _compact(normalize(pred_text))
+        if same:
+            return MathVerdict(True, gold_text, pred_text, "same text")
+        if gold_answer is None:
+            return MathVerdict(None, gold_text, pred_text, "gold unparseable")
+        return MathVerdict(False, gold_text, pred_text, "answer unparseable")
+    if isinstance(gold_answer, Scalar) and gold_answer.too_large:
+        return MathVerdict(None, gold_text, pred_text, "gold too large to evaluate")
+    if isinstance(pred_answer, Scalar) and pred_answer.too_large:
+        return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")
+    if answers_equal(gold_answer, pred_answer, cfg):
+        return MathVerdict(True, gold_text, pred_text, "equal")
+    return MathVerdict(False, gold_text, pred_text, "not equal")
+
+
+def math_equal(gold: str | int | float, pred: str) -> bool:
+    """True when the response or answer ``pred`` gives the answer ``gold`` (see :func:`judge_math`)."""
+    return judge_math(gold, pred).equal is True
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split()).lower()
+
+
+def _gold_of(sample: dict, answer_field: str) -> str | int | float:
+    if answer_field not in sample:
+        raise KeyError(f"math verifier needs sample[{answer_field!r}] (the gold answer); the sample has {sorted(sample)}")
+    return sample[answer_field]
+
+
+def _cache_key(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> Hashable:
+    gold = _gold_of(sample, answer_field)
+    return (str(gold), extract_answer(completion), min_sig_digits)
+
+
+@verifier("math", cache_key=_cache_key)
+def math_reward(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> dict:
+    """1.0 when the completion's final answer equals ``sample[answer_field]``, else 0.0; ``None`` when the
+    gold cannot be judged. Returns ``{"score", "extracted", "reason"}``.
+
+    Raises ``KeyError`` naming the field when the sample has no gold answer.
+    """
+    verdict = judge_math(_gold_of(sample, answer_field), completion, min_sig_digits=min_sig_digits)
+    score = None if verdict.equal is None else float(verdict.equal)
+    return {"score": score, "extracted": verdict.pred_answer, "reason": verdict.reason}

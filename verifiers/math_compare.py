@@ -1,0 +1,411 @@
+"""Decide whether a parsed prediction equals a parsed gold answer.
+
+Rules, each a known failure of looser checkers:
+
+* exact numbers compare exactly (``1/2004!`` is not ``1/2006!``; ``10^{100}+1`` is not ``10^{100}``);
+  math-verify rounds both sides to 6 decimals, which merges them;
+* a decimal matches an exact value that is not equal to it only when it has at least ``min_sig_digits``
+  significant digits and is within one unit of its last digit relative to its size (``4.123105625617661``
+  is ``\\sqrt{17}``; ``3.14`` is not ``\\pi``; ``0.3333`` is not ``1/3``); two decimals must be equal;
+* expressions with variables are equal when their difference expands to 0, or when they agree at several
+  fixed sample points (catches trig identities ``\\tan^2 y + 1 = \\sec^2 y`` that ``simplify`` misses);
+* tuples keep order, sets and bare lists do not; a tuple never equals a set; a hedged answer (``3, 5`` for
+  ``3``) is a list with more elements than the gold, so it is wrong;
+* ``x = 3`` equals ``3`` when ``x`` is a name (``k``, ``f(x)``, ``A:B``), not when it is an equation
+  (``a + 3z = 0`` is not ``0``); equations are equal when one is a nonzero multiple of the other,
+  inequalities when one is a positive multiple (``-x > -1`` is ``x < 1``); a one-variable relation
+  equals the interval it describes (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
+* units must agree when both sides name known units; percent and degrees convert (``28\\%`` is ``28`` and
+  ``0.28``; ``30^\\circ`` is ``\\pi/6``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import sympy
+from sympy.core.function import AppliedUndef
+
+from verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
+from verifiers.math_units import units_compatible
+
+_SAMPLE_POINTS = (
+    sympy.Rational(7, 11), sympy.Rational(13, 9), sympy.Rational(23, 10), sympy.Rational(-5, 7), sympy.Rational(31, 17)
+)
+_MAX_ITEMS = 64
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """Tolerances. ``min_sig_digits``: a decimal needs at least this many significant digits to match an
+    exact value approximately. ``exact_digits``: digits of agreement taken as exact when sympy cannot prove
+    two closed forms equal."""
+
+    min_sig_digits: int = 6
+    exact_digits: int = 40
+
+
+def answers_equal(gold: Answer, pred: Answer, cfg: CompareConfig = CompareConfig()) -> bool:
+    """True when ``pred`` states the same answer as ``gold`` (not symmetric: the gold decides the form)."""
+    if isinstance(gold, Choice) or isinstance(pred, Choice):
+        return isinstance(gold, Choice) and isinstance(pred, Choice) and gold.letter == pred.letter
+    if isinstance(gold, Text) or isinstance(pred, Text):
+        return _text_of(gold) is not None and _text_of(gold) == _text_of(pred)
+    if isinstance(gold, Relation) or isinstance(pred, Relation):
+        return _relations_equal(gold, pred, cfg)
+    if isinstance(gold, Seq) or isinstance(pred, Seq):
+        return _seqs_equal(gold, pred, cfg)
+    if isinstance(gold, Region) or isinstance(pred, Region):
+        return _regions_equal(gold, pred, cfg)
+    return scalars_equal(gold, pred, cfg)
+
+
+def _text_of(answer: Answer) -> str | None:
+    if isinstance(answer, Text):
+        return answer.text
+    if isinstance(answer, Scalar) and isinstance(answer.value, sympy.Symbol):
+        return str(answer.value).lower()
+    return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sequences, sets, intervals
+
+
+def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
+    if isinstance(gold, Seq) and isinstance(pred, Region) and gold.open_pair:
+        return _regions_equal(gold, pred, cfg)
+    if isinstance(pred, Seq) and isinstance(gold, Region) and pred.open_pair:
+        return _regions_equal(gold, pred, cfg)
+    if isinstance(gold, Seq) and isinstance(pred, Scalar) and isinstance(pred.value, sympy.MatrixBase):
+        return _vector_equal(gold, pred, cfg)
+    if isinstance(pred, Seq) and isinstance(gold, Scalar) and isinstance(gold.value, sympy.MatrixBase):
+        return _vector_equal(pred, gold, cfg)
+    g_items = _distinct(gold.items, cfg) if isinstance(gold, Seq) else [gold]
+    p_items = _distinct(pred.items, cfg) if isinstance(pred, Seq) else [pred]
+    if len(g_items) > _MAX_ITEMS or len(p_items) > _MAX_ITEMS:
+        return False
+    if not isinstance(gold, Seq) or not isinstance(pred, Seq):
+        # one side is a single answer: equal only to a one-element collection (never to a hedge)
+        return len(g_items) == 1 and len(p_items) == 1 and answers_equal(g_items[0], p_items[0], cfg)
+    if gold.kind == "tuple" and pred.kind == "set" or gold.kind == "set" and pred.kind == "tuple" and len(gold.items) > 1:
+        return False
+    if gold.kind == "tuple" or pred.kind == "tuple" and _all_assignments(gold.items):
+        if len(gold.items) != len(pred.items):
+            return False
+        return all(answers_equal(g, p, cfg) for g, p in zip(gold.items, pred.items, strict=True))
+    if len(g_items) != len(p_items):
+        return False
+    return all(any(answers_equal(g, p, cfg) for p in p_items) for g in g_items) and all(
+        any(answers_equal(g, p, cfg) for g in g_items) for p in p_items
+    )
+
+
+def _all_assignments(items: tuple[Answer, ...]) -> bool:
+    return all(isinstance(i, Relation) and is_label(i.parts[0]) for i in items)
+
+
+def _distinct(items: tuple[Answer, ...], cfg: CompareConfig) -> list[Answer]:
+    out: list[Answer] = []
+    for item in items[: _MAX_ITEMS + 1]:
+        if not any(item == seen or answers_equal(seen, item, cfg) for seen in out):
+            out.append(item)
+    return out
+
+
+def _vector_equal(seq: Seq, matrix: Scalar, cfg: CompareConfig) -> bool:
+    m = matrix.value
+    if seq.kind != "tuple" or 1 not in m.shape or len(seq.items) != len(m):
+        return False
+    return all(
+        answers_equal(Scalar(v, matrix.decimal_digits), item, cfg) for v, item in zip(list(m), seq.items, strict=True)
+    )
+
+
+def _to_set(answer: Answer) -> sympy.Set | None:
+    if isinstance(answer, Region):
+        return answer.value
+    if isinstance(answer, Seq) and answer.open_pair:
+        a, b = answer.items
+        if isinstance(a, Scalar) and isinstance(b, Scalar):
+            return sympy.Interval.open(a.value, b.value)
+    if isinstance(answer, Relation):
+        return _relation_to_set(answer)
+    if isinstance(answer, Seq) and answer.kind in ("set", "list") and all(isinstance(i, Scalar) for i in answer.items):
+        return sympy.FiniteSet(*[i.value for i in answer.items if isinstance(i, Scalar)])
+    return None
+
+
+def _regions_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
+    a, b = _to_set(gold), _to_set(pred)
+    if a is None or b is None:
+        return False
+    if a == b:
+        return True
+    if isinstance(a, sympy.Interval) and isinstance(b, sympy.Interval):
+        return (
+            a.left_open == b.left_open
+            and a.right_open == b.right_open
+            and _values_equal(a.start, b.start, None, None, cfg)
+            and _values_equal(a.end, b.end, None, None, cfg)
+        )
+    try:
+        return bool(a.symmetric_difference(b).is_empty)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# Relations
+
+
+def _relations_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
+    if isinstance(gold, Relation) and isinstance(pred, Relation):
+        return _both_relations_equal(gold, pred, cfg)
+    if isinstance(gold, Relation):
+        if gold.ops[-1] in ("=", "in") and all(op in ("=", "in") for op in gold.ops) and is_label(gold.parts[0]):
+            return answers_equal(gold.parts[-1], pred, cfg)
+        if isinstance(pred, (Region, Seq)):
+            return _regions_equal(gold, pred, cfg)
+        return False
+    assert isinstance(pred, Relation)
+    if all(op in ("=", "in") for op in pred.ops):
+        return answers_equal(gold, pred.parts[-1], cfg)
+    if isinstance(gold, (Region, Seq)):
+        return _regions_equal(gold, pred, cfg)
+    return False
+
+
+def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) -> bool:
+    g_assign = all(op == "=" for op in gold.ops) and is_label(gold.parts[0])
+    p_assign = all(op == "=" for op in pred.ops) and is_label(pred.parts[0])
+    if g_assign and p_assign:
+        return _labels_equal(gold.parts[0], pred.parts[0]) and answers_equal(gold.parts[-1], pred.parts[-1], cfg)
+    if gold.ops == ("in",) and pred.ops == ("in",):
+        return _labels_equal(gold.parts[0], pred.parts[0]) and answers_equal(gold.parts[1], pred.parts[1], cfg)
+    if g_assign and not p_assign and len(pred.ops) > 1 and all(op == "=" for op in pred.ops):
+        return answers_equal(gold, Relation(("=",), (pred.parts[0], pred.parts[-1])), cfg)
+    if len(gold.ops) == len(pred.ops) == 1 and _sides_are_scalars(gold) and _sides_are_scalars(pred):
+        if _single_relations_equal(gold, pred):
+            return True
+    if gold.ops == pred.ops and len(gold.ops) > 1 and all(_sides_are_scalars(r) for r in (gold, pred)):
+        pairs = zip(_chain_links(gold), _chain_links(pred), strict=True)
+        if all(_single_relations_equal(g, p) for g, p in pairs):
+            return True
+    a, b = _relation_to_set(gold), _relation_to_set(pred)
+    if a is not None and b is not None and "=" not in gold.ops:
+        try:
+            return a == b or bool(a.symmetric_difference(b).is_empty)
+        except Exception:  # noqa: BLE001
+            return False
+    return False
+
+
+def _labels_equal(a: Answer, b: Answer) -> bool:
+    return a == b or (isinstance(a, Scalar) and isinstance(b, Scalar) and sympy.simplify(a.value - b.value) == 0)
+
+
+def _sides_are_scalars(rel: Relation) -> bool:
+    return all(
+        isinstance(p, Scalar) and not p.too_large and not isinstance(p.value, sympy.MatrixBase) for p in rel.parts
+    )
+
+
+def _chain_links(rel: Relation) -> list[Relation]:
+    return [Relation((op,), (rel.parts[i], rel.parts[i + 1])) for i, op in enumerate(rel.ops)]
+
+
+def _normal_form(rel: Relation) -> tuple[str, sympy.Expr]:
+    """``(kind, f)`` with the relation meaning ``f kind 0``; ``<``/``<=`` are flipped to ``>``/``>=``."""
+    op = rel.ops[0]
+    lhs, rhs = (p.value for p in rel.parts if isinstance(p, Scalar))
+    if op in ("<", "<="):
+        return (">" if op == "<" else ">="), rhs - lhs
+    return op, lhs - rhs
+
+
+def _single_relations_equal(gold: Relation, pred: Relation) -> bool:
+    g_kind, f = _normal_form(gold)
+    p_kind, h = _normal_form(pred)
+    if g_kind != p_kind:
+        return False
+    try:
+        ratio = sympy.cancel(sympy.simplify(f / h))
+    except Exception:  # noqa: BLE001
+        return False
+    if ratio.free_symbols or ratio == 0 or not ratio.is_finite:
+        return False
+    if g_kind in ("=", "!="):
+        return True
+    return bool(ratio.is_positive)
+
+
+def _relation_to_set(rel: Relation) -> sympy.Set | None:
+    """The solution set of a one-variable relation over the reals (``x \\geq 2`` -> ``[2, oo)``)."""
+    if not _sides_are_scalars(rel) or "=" in rel.ops and len(rel.ops) == 1 and is_label(rel.parts[0]):
+        if rel.ops == ("in",) and is_label(rel.parts[0]):
+            from verifiers.math_parse import Region as _R
+
+            target = rel.parts[1]
+            return target.value if isinstance(target, _R) else None
+        return None
+    exprs = [p.value for p in rel.parts if isinstance(p, Scalar)]
+    unknowns: set[sympy.Basic] = set()
+    for e in exprs:
+        unknowns |= e.free_symbols
+        unknowns |= {a for a in e.atoms(AppliedUndef)}
+    variables = {u for u in unknowns if not any(u in a.free_symbols for a in unknowns if a != u and isinstance(a, AppliedUndef))}
+    if len(variables) != 1:
+        return None
+    var = variables.pop()
+    x = sympy.Dummy("x", real=True)
+    exprs = [e.subs(var, x) for e in exprs]
+    ops = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "=": sympy.Eq, "!=": sympy.Ne}
+    try:
+        conditions = [ops[op](exprs[i], exprs[i + 1]) for i, op in enumerate(rel.ops)]
+        return sympy.And(*conditions).as_set()
+    except Exception:  # noqa: BLE001
+        return None
+
+
+# ----------------------------------------------------------------------------------------------------
+# Scalars
+
+
+def scalars_equal(gold: Scalar, pred: Scalar, cfg: CompareConfig = CompareConfig()) -> bool:
+    """Compare two scalars: base subscripts, units, percent and degrees first, then the values."""
+    if gold.too_large or pred.too_large:
+        return gold.too_large and pred.too_large and sympy.srepr(gold.value) == sympy.srepr(pred.value)
+    if gold.base is not None or pred.base is not None:
+        if gold.base is not None and pred.base is not None:
+            return gold.base == pred.base and gold.value == pred.value
+        based = gold if gold.base is not None else pred
+        other = pred if gold.base is not None else gold
+        return other.source.strip() == based.digits
+    ok, ratio = units_compatible(pred.unit, gold.unit)
+    if not ok:
+        return False
+    p_value = pred.value * sympy.Rational(ratio.numerator, ratio.denominator) if ratio != 1 else pred.value
+    g_value = gold.value
+    candidates = [p_value]
+    if gold.percent and not pred.percent:
+        candidates.append(p_value * 100)
+    elif pred.percent and not gold.percent:
+        candidates.append(p_value / 100)
+    if gold.degree != pred.degree:
+        degree_side_is_gold = gold.degree
+        other = pred.value if degree_side_is_gold else gold.value
+        if _has_pi(other):
+            if degree_side_is_gold:
+                g_value = g_value * sympy.pi / 180
+            else:
+                candidates = [c * sympy.pi / 180 for c in candidates]
+    return any(_values_equal(g_value, c, gold.decimal_digits, pred.decimal_digits, cfg) for c in candidates)
+
+
+def _has_pi(value: sympy.Basic) -> bool:
+    return isinstance(value, sympy.Basic) and value.has(sympy.pi)
+
+
+def _values_equal(g: sympy.Basic, p: sympy.Basic, g_dec: int | None, p_dec: int | None, cfg: CompareConfig) -> bool:
+    if isinstance(g, sympy.MatrixBase) or isinstance(p, sympy.MatrixBase):
+        if not (isinstance(g, sympy.MatrixBase) and isinstance(p, sympy.MatrixBase)) or g.shape != p.shape:
+            return False
+        return all(_values_equal(a, b, g_dec, p_dec, cfg) for a, b in zip(g, p, strict=True))
+    if not isinstance(g, sympy.Expr) or not isinstance(p, sympy.Expr):
+        return g == p
+    if g == p:
+        return True
+    if g.free_symbols or p.free_symbols:
+        return _symbolic_equal(g, p, cfg)
+    return _numbers_equal(g, p, g_dec, p_dec, cfg)
+
+
+def _numbers_equal(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int | None, cfg: CompareConfig) -> bool:
+    if g.is_Rational and p.is_Rational:
+        if g == p:
+            return True
+        return _decimal_close(g, p, g_dec, p_dec, cfg)
+    if g.is_infinite or p.is_infinite or g.has(sympy.zoo, sympy.nan) or p.has(sympy.zoo, sympy.nan):
+        return g == p
+    precision = cfg.exact_digits + 20
+    try:
+        a, b = complex(g.evalf(precision)), complex(p.evalf(precision))
+        diff = (g - p).evalf(precision)
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+    scale = max(abs(a), abs(b), 1e-300)
+    try:
+        diff_abs = abs(complex(diff))
+    except (TypeError, ValueError):
+        return False
+    if diff_abs <= scale * 10.0 ** (-min(cfg.exact_digits, 300)) or diff == 0:
+        return True
+    return _decimal_close(g, p, g_dec, p_dec, cfg, a, b)
+
+
+def _decimal_close(
+    g: sympy.Expr,
+    p: sympy.Expr,
+    g_dec: int | None,
+    p_dec: int | None,
+    cfg: CompareConfig,
+    a: complex | None = None,
+    b: complex | None = None,
+) -> bool:
+    """One side has decimals with enough significant digits, the other none: equal within one unit of the
+    decimal's last significant digit, relative to its size."""
+    if (g_dec is None) == (p_dec is None):
+        return False  # both exact (already compared exactly) or both decimals (must be equal)
+    digits = g_dec if g_dec is not None else p_dec
+    assert digits is not None
+    if digits < cfg.min_sig_digits:
+        return False
+    try:
+        a = a if a is not None else complex(g.evalf(30))
+        b = b if b is not None else complex(p.evalf(30))
+    except (TypeError, ValueError):
+        return False
+    approx = a if g_dec is not None else b
+    return abs(a - b) <= abs(approx) * 10.0 ** (1 - digits)
+
+
+def _symbolic_equal(g: sympy.Expr, p: sympy.Expr, cfg: CompareConfig) -> bool:
+    try:
+        if sympy.expand(g - p) == 0:
+            return True
+    except Exception:  # noqa: BLE001
+        pass
+    symbols = sorted(g.free_symbols | p.free_symbols, key=str)
+    if g.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative, AppliedUndef) or p.has(
+        sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative, AppliedUndef
+    ):
+        return _simplify_zero(g - p)
+    agreed = 0
+    for shift, _ in product(range(len(_SAMPLE_POINTS)), [None]):
+        point = {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
+        try:
+            a = complex(g.subs(point).evalf(30))
+            b = complex(p.subs(point).evalf(30))
+        except (TypeError, ValueError, ArithmeticError):
+            continue
+        if not all(map(_finite, (a, b))):
+            continue
+        if abs(a - b) > 1e-12 * max(1.0, abs(a), abs(b)):
+            return False
+        agreed += 1
+    if agreed >= 3:
+        return True
+    return _simplify_zero(g - p)
+
+
+def _finite(z: complex) -> bool:
+    return z == z and abs(z) != float("inf")
+
+
+def _simplify_zero(e: sympy.Expr) -> bool:
+    try:
+        return sympy.simplify(e) == 0
+    except Exception:  # noqa: BLE001
+        return False

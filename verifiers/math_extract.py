@@ -1,0 +1,321 @@
+"""Find the final answer in a whole model response.
+
+Order of evidence (the first that exists wins):
+
+1. The text after the last ``</think>`` (a reasoning block is never the answer), cut at the first
+   chat-template token such as ``<|im_start|>`` (the model began a new turn).
+2. The last ``<answer>...</answer>`` block narrows the search to its content.
+3. The last *group* of ``\\boxed{}``/``\\fbox{}``: boxes joined only by separators (commas, "and",
+   ``\\quad``, ``\\text{ and }``, labels like ``y_2 =``) form one multi-part answer
+   (``\\boxed{1}, \\boxed{2}``); boxes split by prose are self-corrections and only the last counts
+   (``\\boxed{41} ... wait ... \\boxed{42}`` -> ``42``).
+4. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
+5. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``).
+6. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
+   its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
+
+:func:`extract_answer` is idempotent on what it returns, and runs in time linear in the response length
+(no nested quantifiers), so it is safe to call in the trainer process.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CHAT_TOKENS = re.compile(
+    r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|<\|user\|>|<\|assistant\|>|"
+    r"<｜end▁of▁sentence｜>|<end_of_turn>|<start_of_turn>|</s>"
+)
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_ANSWER_OPEN = "<answer>"
+_ANSWER_CLOSE = "</answer>"
+_HOPE = re.compile(r"\s*I hope (?:it|this|that) is correct\.?", re.IGNORECASE)
+
+# A separator between two boxes of one multi-part answer.
+_BOX_SEPARATOR = re.compile(
+    r"^(?:\s|[,;&$]|\*\*|\\\(|\\\)|\\\[|\\\]|\\\\|\\quad|\\qquad|\\[,;:! ]|~|\band\b|\bor\b|"
+    r"\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]{0,40}\}|"
+    r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=)*$"
+)
+_CORRECTION_WORDS = re.compile(
+    r"\b(?:wait|but|however|actually|no|not|wrong|mistake|instead|recheck|rechecking|correct|hmm|oops)\b",
+    re.IGNORECASE,
+)
+
+# Anchors, all matched case-insensitively; the candidate answer starts at the end of the match.
+_ANCHORS = re.compile(
+    r"final\s+answer\s*(?:is|:|：)\s*:?|"
+    r"\*\*final\s+answer\*\*\s*:?|"
+    r"(?:the\s+)?(?:correct\s+)?answer\s+(?:is|should\s+be|would\s+be|will\s+be)\s*:?|"
+    r"\banswer\s*(?:[:：]|\*\*\s*:|:\s*\*\*)|"
+    r"\banswer\s+(?=\$|\\\(|\\\[)|"
+    r"(?:correct\s+)?(?:choice|option)\s+is\s*:?",
+    re.IGNORECASE,
+)
+
+_MATH_ENV = re.compile(
+    r"(?<!\\)\$\$(?P<dd>.+?)(?<!\\)\$\$|"
+    r"\\\[(?P<br>.+?)\\\]|"
+    r"\\\((?P<pa>.+?)\\\)|"
+    r"(?<![\\$])\$(?P<d>(?:\\\$|[^$])+?)(?<!\\)\$",
+    re.DOTALL,
+)
+_NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.])"
+    r"-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?|\.\d+)"
+    r"(?:\s*/\s*\d+(?![.,]\d))?"
+    r"(?:\s*(?:%|\\%|percent\b))?"
+    r"(?![A-Za-z0-9_])"
+)
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_CONNECTOR_WORDS = frozenset({"and", "or", "to"})
+_TRUNCATED_END = re.compile(r"(?:[=+\-*/^(\\,]|\\(?:times|cdot|frac|sqrt))\s*$")
+
+
+def find_boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """All ``\\boxed{...}``/``\\fbox{...}`` (braces nested to any depth, ``\\{`` ignored) and ``\\boxed x``
+    (one token) in ``text``, as ``(start, end, content)``. An unclosed box (truncated output) is skipped."""
+    spans: list[tuple[int, int, str]] = []
+    for match in _BOX_COMMAND.finditer(text):
+        i = match.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            end = _matching_brace(text, i)
+            if end is not None:
+                spans.append((match.start(), end + 1, text[i + 1 : end]))
+        elif match.end() < len(text) and text[match.end()] == " ":
+            token = re.match(r"[^\s$]+", text[i:])
+            if token:
+                spans.append((match.start(), i + token.end(), token.group()))
+    # a box inside another box (\boxed{\boxed{2}}) is the same answer: keep the outer one
+    outer = [s for s in spans if not any(o[0] < s[0] and s[1] <= o[1] for o in spans)]
+    return outer
+
+
+def find_boxed(text: str) -> list[str]:
+    """Contents of all boxes in ``text``, in order (see :func:`find_boxed_spans`)."""
+    return [content for _, _, content in find_boxed_spans(text)]
+
+
+def extract_answer(completion: str) -> str | None:
+    """The final answer of a model response, as a string, or ``None`` when it gives none.
+
+    See the module docstring for the order of evidence. Multi-part boxed answers come back joined with
+    ``", "``. Used for scoring and for majority voting (maj@k), so equal answers should come back as
+    equal strings more often than not; equivalence is decided by :func:`verifiers.math_answer.math_equal`.
+    """
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+    text = _final_region(completion)
+    boxes = find_boxed_spans(text)
+    if boxes:
+        group = _last_box_group(text, boxes)
+        parts = [_strip_outer(content) for content in group]
+        parts = [p for p in parts if p]
+        return ", ".join(parts) if parts else None
+    anchored = _last_anchor(text)
+    if anchored is not None:
+        return _reduce(anchored)
+    stripped = _strip_outer(text)
+    if stripped and _is_bare_answer(stripped):
+        return stripped
+    return _last_statement(text)
+
+
+def _final_region(completion: str) -> str:
+    text = completion
+    cut = _CHAT_TOKENS.search(text)
+    if cut:
+        text = text[: cut.start()]
+    think_end = text.rfind("</think>")
+    if think_end >= 0 and text[think_end + len("</think>") :].strip():
+        text = text[think_end + len("</think>") :]
+    open_at = text.rfind(_ANSWER_OPEN)
+    if open_at >= 0:
+        inner = text[open_at + len(_ANSWER_OPEN) :]
+        close_at = inner.find(_ANSWER_CLOSE)
+        inner = inner[:close_at] if close_at >= 0 else inner
+        if inner.strip():
+            text = inner
+    return _HOPE.sub("", text)
+
+
+def _matching_brace(text: str, open_at: int) -> int | None:
+    depth = 0
+    i = open_at
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2  # an escaped character (\{, \}) never opens or closes a group
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    return None
+
+
+def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
+    group = [boxes[-1]]
+    for prev in reversed(boxes[:-1]):
+        between = text[prev[1] : group[0][0]]
+        if len(between) > 80 or not _BOX_SEPARATOR.match(between) or _CORRECTION_WORDS.search(between):
+            break
+        group.insert(0, prev)
+    contents = [content for _, _, content in group]
+    deduped = [c for i, c in enumerate(contents) if c.strip() not in [d.strip() for d in contents[:i]]]
+    return deduped
+
+
+def _last_anchor(text: str) -> str | None:
+    last = None
+    for match in _ANCHORS.finditer(text):
+        last = match
+    if last is None:
+        return None
+    candidate = _sentence(text[last.end() :].lstrip())
+    return candidate if candidate.strip() else None
+
+
+def _sentence(text: str) -> str:
+    """``text`` up to the end of its first sentence (a blank line, or ``.``/``!``/``?`` then whitespace),
+    skipping over math environments."""
+    i = 0
+    n = len(text)
+    while i < n:
+        env = _MATH_ENV.match(text, i) if text[i] in "$\\" else None
+        if env:
+            if _env_content(env).rstrip().endswith("."):  # "$$ ... = 2.$$ Next sentence"
+                return text[: env.end()]
+            i = env.end()
+            continue
+        ch = text[i]
+        if ch == "\n" and text[:i].strip():
+            return text[:i]
+        if ch in ".!?" and (i + 1 == n or text[i + 1].isspace()):
+            return text[:i]
+        i += 1
+    return text
+
+
+def _reduce(candidate: str) -> str | None:
+    """Turn the text after an anchor (or one sentence) into just the answer."""
+    candidate = candidate.strip().strip("*").strip()
+    candidate = re.sub(r"^[\"'“”]+|[\"'“”]+$", "", candidate).strip()
+    if not candidate:
+        return None
+    if _TRUNCATED_END.search(candidate):
+        return None
+    envs = list(_MATH_ENV.finditer(candidate))
+    if envs:
+        outside = _MATH_ENV.sub(" ", candidate)
+        words = [w.lower() for w in _WORD.findall(outside)]
+        if all(w in _CONNECTOR_WORDS for w in words):  # "$12$ and $13$", "$x = 3$"
+            pieces = [_env_content(env).strip() for env in envs]
+            leftover = _MATH_ENV.sub("\x00", candidate).split("\x00")
+            joined = pieces[0]
+            for sep, piece in zip(leftover[1:-1], pieces[1:], strict=True):
+                joined += f" {sep.strip()} {piece}" if sep.strip() and sep.strip() != "," else f", {piece}"
+            return _strip_outer(joined)
+        tail = _after_copula(candidate)
+        if tail is not None and tail != candidate and re.search(r"[\d$\\]", tail):
+            reduced = _reduce(tail)
+            if reduced is not None:
+                return reduced
+        return _env_content(envs[-1]).strip().rstrip(".").strip() or None
+    if _is_bare_answer(candidate):
+        return _strip_outer(candidate)
+    tail = _after_copula(candidate)
+    if tail is not None and tail != candidate and _is_bare_answer(tail.strip().rstrip(".")):
+        return _strip_outer(tail.strip().rstrip("."))
+    numbers = list(_NUMBER.finditer(tail if tail is not None and _NUMBER.search(tail) else candidate))
+    if numbers:
+        return numbers[-1].group().strip()
+    return None
+
+
+def _env_content(env: re.Match[str]) -> str:
+    return next(g for g in env.groups() if g is not None)
+
+
+_COPULA = re.compile(r"\s(?:is|are|equals|be|was|gives|get|=)\s", re.IGNORECASE)
+
+
+def _after_copula(text: str) -> str | None:
+    """Text after the last " is "/" are "/" = " outside math environments, or None."""
+    masked = _MATH_ENV.sub(lambda m: "\x01" * len(m.group()), text)
+    last = None
+    for match in _COPULA.finditer(masked):
+        last = match
+    if last is None:
+        return None
+    return text[last.end() :].strip()
+
+
+def _is_bare_answer(text: str) -> bool:
+    """True when ``text`` reads as an answer rather than prose: at most one ordinary word outside math,
+    ``\\text{}`` and unit/connector words, and short."""
+    if len(text) > 400 or "\n\n" in text.strip():
+        return False
+    outside = _MATH_ENV.sub(" ", text)
+    outside = re.sub(
+        r"\\(?:text|textrm|textbf|textnormal|mbox|mathrm|operatorname|begin|end)\s*\{[^{}]*\}", " ", outside
+    )
+    words = [w.lower() for w in _WORD.findall(outside)]
+    from verifiers.math_units import is_unit_word
+
+    prose = [w for w in words if w not in _CONNECTOR_WORDS and not is_unit_word(w) and w not in _MATH_WORDS]
+    if prose and re.search(r"\d", outside):
+        return False  # "Soucis : 2,74" is a sentence with a number in it, not an answer
+    return len(prose) <= 1 and len(words) <= 4
+
+
+_MATH_WORDS = frozenset(
+    {"sqrt", "pi", "exp", "log", "ln", "sin", "cos", "tan", "sec", "csc", "cot", "infty", "inf", "infinity", "frac"}
+)
+
+
+def _strip_outer(text: str) -> str:
+    """Remove surrounding whitespace, markdown bold, math delimiters and a final period."""
+    text = text.strip()
+    for _ in range(3):
+        before = text
+        text = text.strip().strip("*").strip()
+        for left, right in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
+            if text.startswith(left) and text.endswith(right) and len(text) >= len(left) + len(right):
+                inner = text[len(left) : len(text) - len(right)]
+                if left == "$" and "$" in inner.replace("\\$", ""):
+                    break
+                text = inner.strip()
+                break
+        text = re.sub(r"(?<![.\d])[.。]+$", "", text).strip()
+        if text == before:
+            break
+    return text
+
+
+def _last_statement(text: str) -> str | None:
+    body = text.rstrip()
+    if not body:
+        return None
+    if _TRUNCATED_END.search(body):
+        return None
+    sentences = _split_sentences(body)
+    for sentence in reversed(sentences):
+        if re.search(r"\d|\$|\\\(|\\\[", sentence):
+            return _reduce(sentence)
+    return None
+
+
+def _split_sentences(text: str) -> list[str]:
+    out: list[str] = []
+    rest = text
+    while rest.strip():
+        head = _sentence(rest)
+        out.append(head)
+        rest = rest[len(head) + 1 :]
+    return out

@@ -1,0 +1,221 @@
+"""Rewrite an extracted answer into one LaTeX dialect the parser understands.
+
+Each rule fixes a way model answers (and dataset golds) spell the same thing differently:
+
+* unicode: full-width digits (NFKC), ``−`` (U+2212), ``√2``, ``π``, ``°``, ``≤``, ``×``, superscripts;
+* plain-text math: ``sqrt(2)``, ``exp(16)``, ``pi/2``, ``x**2``, ``6.02e23``, ``>=``;
+* TeX shorthand: ``\\frac12``, ``\\frac94\\pi``, ``\\sqrt3`` (one-token arguments, as TeX reads them),
+  ``\\dfrac``/``\\tfrac``/``\\cfrac``, ``\\left(``, spacing commands, ``\\displaystyle``;
+* number formats: ``1{,}000``, ``12,\\!000``, ``14 916``, repeating decimals ``0.\\overline{3}``;
+* wrappers: ``\\text{13}`` -> ``13``, ``\\mathrm{e}`` -> ``e``, ``\\text{ and }`` -> ``and``,
+  ``\\begin{array}{cc}`` -> ``pmatrix``; degrees (``^\\circ``, ``degrees``) -> ``^{\\circ}``;
+  percent spellings (``percent``, ``pct``, ``%``) -> ``\\%``.
+
+Nothing here decides equality; it only removes spelling differences.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from fractions import Fraction
+
+_UNICODE = {
+    "\u2212": "-", "\u2013": "-", "\u2014": "-", "\u2010": "-", "\u2011": "-",
+    "×": "\\times ", "÷": "\\div ", "·": "\\cdot ", "⋅": "\\cdot ",
+    "≤": "\\leq ", "≥": "\\geq ", "≠": "\\neq ", "≈": "\\approx ", "⩽": "\\leq ", "⩾": "\\geq ",
+    "∞": "\\infty ", "π": "\\pi ", "∪": "\\cup ", "∩": "\\cap ", "∈": "\\in ", "±": "\\pm ", "∓": "\\mp ",
+    "°": "^{\\circ}", "∘": "^{\\circ}", "⁄": "/", "∅": "\\emptyset ", "θ": "\\theta ", "α": "\\alpha ",
+    "²": "^{2}", "³": "^{3}", "¹": "^{1}", "⁰": "^{0}", "⁴": "^{4}", "⁻¹": "^{-1}",
+    "\u00a0": " ", "\u2009": " ", "\u202f": " ", "，": ",", "；": ";", "：": ":", "（": "(", "）": ")",
+}
+_SQRT_UNICODE = re.compile(r"√\s*(\((?:[^()]|\([^()]*\))*\)|\{[^{}]*\}|[0-9.]+|[A-Za-z])")
+_SPACING = re.compile(r"(?<!\\)\\(?:quad|qquad|,|;|:|!|\s)|~|\\hspace\*?\{[^{}]*\}|\\(?:displaystyle|textstyle|limits|nolimits)(?![A-Za-z])")
+_SIZED = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)[lrm]?(?![A-Za-z])\s*(\.)?")
+_TEXT_CMD = re.compile(r"\\(?:textbf|textit|textrm|textnormal|textsf|texttt|mbox|mathrm|mathit|mathsf|mathbf|boldsymbol|operatorname|rm)\s*\{")
+_FRAC_VARIANTS = re.compile(r"\\[dtc]frac(?![A-Za-z])")
+_BINOM_VARIANTS = re.compile(r"\\[dt]binom(?![A-Za-z])")
+_ARG_COMMAND = re.compile(r"\\(frac|binom|sqrt)(?![A-Za-z])")
+_PLAIN_FUNCS = re.compile(
+    r"(?<![\\A-Za-z])(arcsin|arccos|arctan|sinh|cosh|tanh|sin|cos|tan|sec|csc|cot|exp|ln|log)(?=\s*\()"
+)
+_PLAIN_SQRT = re.compile(r"(?<![\\A-Za-z])sqrt\s*(?=\()")
+_PLAIN_PI = re.compile(r"(?<![\\A-Za-z])pi(?![A-Za-z])")
+_PLAIN_INF = re.compile(r"(?<![\\A-Za-z])(?:infinity|infty|inf)(?![A-Za-z])")
+_SCIENTIFIC = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
+_DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\^\s*\{?\s*\\text\{\s*o\s*\}\s*\}?|\\circ|\\degree)(?![A-Za-z])")
+_DEGREE_WORD = re.compile(r"(?<=[\d}])\s*(?:degrees|degree|deg)\b\.?", re.IGNORECASE)
+_PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*(?:percent|percentage|pct)\s*\}|\b(?:percentage|percent|pct)\b)")
+_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\{(\d+)\}")
+_THOUSANDS_BRACE = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)")
+_THOUSANDS_BANG = re.compile(r"(?<=\d),\s*\\!\s*(?=\d)")
+_THOUSANDS_THINSPACE = re.compile(r"(?<=\d)\\[,!](?=\d{3}(?!\d))")
+_SPACE_GROUPS = re.compile(r"(?<![\d.])(\d{1,3}(?: \d{3})+)(?![\d.])")
+
+
+def normalize(answer: str) -> str:
+    """Canonical LaTeX spelling of ``answer`` (see the module docstring). Never raises for a str."""
+    s = _unicode(answer)
+    s = s.replace("\\$", " ").replace("$", " ")
+    s = re.sub(r"[€£¥₹]", " ", s)
+    s = _THOUSANDS_BRACE.sub("", s)
+    s = _THOUSANDS_BANG.sub("", s)
+    s = _THOUSANDS_THINSPACE.sub("", s)
+    s = _SIZED.sub("", s)
+    s = s.replace("\\lbrace", "\\{").replace("\\rbrace", "\\}").replace("\\lbrack", "[").replace("\\rbrack", "]")
+    s = re.sub(r"\\[lr]?vert(?![A-Za-z])|\\mid(?![A-Za-z])", "|", s)
+    s = _FRAC_VARIANTS.sub(r"\\frac", s)
+    s = _BINOM_VARIANTS.sub(r"\\binom", s)
+    s = _TEXT_CMD.sub(r"\\text{", s)
+    s = _text_wrappers(s)
+    s = _SPACING.sub(" ", s)
+    s = _arrays_to_matrices(s)
+    s = _REPEATING.sub(_repeating_to_fraction, s)
+    s = _plain_text_math(s)
+    s = _brace_tex_args(s)
+    s = _DEGREE.sub(lambda _: "^{\\circ}", s)
+    s = _DEGREE_WORD.sub(lambda _: "^{\\circ}", s)
+    s = _PERCENT.sub("\\\\%", s)
+    s = " ".join(s.split())
+    s = _SPACE_GROUPS.sub(lambda m: m.group(1).replace(" ", ""), s)
+    s = re.sub(r"^(?:=|\\approx|\\simeq|:)\s*", "", s)
+    s = re.sub(r"\s*[.,;:]+$", "", s).strip()
+    return s
+
+
+def _unicode(s: str) -> str:
+    s = _SQRT_UNICODE.sub(lambda m: "\\sqrt{" + m.group(1).strip("(){}") + "}", s)
+    for old, new in _UNICODE.items():
+        s = s.replace(old, new)
+    return unicodedata.normalize("NFKC", s)
+
+
+def _text_wrappers(s: str) -> str:
+    """``\\text{13}`` -> ``13``, ``\\text{e}`` -> ``e``, ``\\text{ and }`` -> `` and ``, ``\\text{(C)}`` -> ``(C)``;
+    other ``\\text{...}`` stay (units, text answers)."""
+
+    def repl(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        stripped = inner.strip()
+        if re.fullmatch(r"[-+]?[\d.,]+", stripped) or re.fullmatch(r"\(?[A-Za-z]\)?", stripped):
+            return stripped if inner == stripped else f" {stripped} "
+        if stripped.lower() in {"and", "or", ", and", ",and", "and/or"}:
+            return f" {stripped.lower().lstrip(',').strip()} "
+        return m.group(0)
+
+    return re.sub(r"\\text\s*\{([^{}]*)\}", repl, s)
+
+
+def _arrays_to_matrices(s: str) -> str:
+    s = re.sub(r"\\begin\{array\}\s*\{[^{}]*\}", r"\\begin{pmatrix}", s)
+    s = s.replace("\\end{array}", "\\end{pmatrix}")
+    s = re.sub(r"\\begin\{[bBvV]?matrix\}|\\begin\{smallmatrix\}", r"\\begin{pmatrix}", s)
+    s = re.sub(r"\\end\{[bBvV]?matrix\}|\\end\{smallmatrix\}", r"\\end{pmatrix}", s)
+    # "[\begin{pmatrix}..\end{pmatrix}]" and "(\begin{pmatrix}..)" are the matrix itself
+    s = re.sub(r"^[\[(]\s*(\\begin\{pmatrix\}.*\\end\{pmatrix\})\s*[\])]$", r"\1", s.strip(), flags=re.DOTALL)
+    return s
+
+
+def _repeating_to_fraction(m: re.Match[str]) -> str:
+    sign, whole, fixed, repeat = m.group(1), m.group(2) or "0", m.group(3), m.group(4)
+    value = Fraction(int(whole)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
+    value += Fraction(int(repeat), (10 ** len(repeat) - 1) * 10 ** len(fixed))
+    return f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
+def _plain_text_math(s: str) -> str:
+    s = s.replace("**", "^")
+    s = s.replace(">=", "\\geq ").replace("<=", "\\leq ").replace("!=", "\\neq ").replace("=<", "\\leq ").replace("=>", "\\geq ")
+    s = _PLAIN_SQRT.sub(lambda m: "\\sqrt", s)
+    s = _paren_sqrt(s)
+    s = _PLAIN_FUNCS.sub(r"\\\1", s)
+    s = _PLAIN_PI.sub(r"\\pi ", s)
+    s = _PLAIN_INF.sub(r"\\infty ", s)
+    s = _SCIENTIFIC.sub(r"\1\\times10^{\2}", s)
+    return s
+
+
+def _paren_sqrt(s: str) -> str:
+    """``\\sqrt(x+1)`` -> ``\\sqrt{x+1}`` (plain-text square roots)."""
+    out = []
+    i = 0
+    while True:
+        j = s.find("\\sqrt(", i)
+        if j < 0:
+            out.append(s[i:])
+            return "".join(out)
+        depth = 0
+        k = j + 5
+        while k < len(s):
+            depth += {"(": 1, ")": -1}.get(s[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        if k >= len(s):
+            out.append(s[i:])
+            return "".join(out)
+        out.append(s[i:j] + "\\sqrt{" + s[j + 6 : k] + "}")
+        i = k + 1
+
+
+def _brace_tex_args(s: str) -> str:
+    """Give ``\\frac``, ``\\binom`` and ``\\sqrt`` braced arguments, reading a missing brace as TeX does:
+    one token (``\\frac94`` -> ``\\frac{9}{4}``, ``\\sqrt 2`` -> ``\\sqrt{2}``)."""
+    out: list[str] = []
+    i = 0
+    while True:
+        m = _ARG_COMMAND.search(s, i)
+        if m is None:
+            out.append(s[i:])
+            return "".join(out)
+        out.append(s[i : m.start()])
+        name = m.group(1)
+        j = m.end()
+        index = ""
+        if name == "sqrt":
+            k = j
+            while k < len(s) and s[k] == " ":
+                k += 1
+            if k < len(s) and s[k] == "[":
+                close = s.find("]", k)
+                if close > 0:
+                    index = s[k : close + 1]
+                    j = close + 1
+        args = []
+        for _ in range(2 if name in ("frac", "binom") else 1):
+            arg, j = _read_arg(s, j)
+            if arg is None:
+                break
+            args.append(arg)
+        if len(args) != (2 if name in ("frac", "binom") else 1):
+            out.append(s[m.start() : j])
+            i = j
+            continue
+        out.append(f"\\{name}{index}" + "".join("{" + _brace_tex_args(a) + "}" for a in args))
+        i = j
+
+
+def _read_arg(s: str, j: int) -> tuple[str | None, int]:
+    while j < len(s) and s[j] == " ":
+        j += 1
+    if j >= len(s):
+        return None, j
+    if s[j] == "{":
+        depth = 0
+        k = j
+        while k < len(s):
+            if s[k] == "\\":
+                k += 2
+                continue
+            depth += {"{": 1, "}": -1}.get(s[k], 0)
+            if depth == 0:
+                return s[j + 1 : k], k + 1
+            k += 1
+        return None, j
+    if s[j] == "\\":
+        m = re.match(r"\\(?:[A-Za-z]+|.)", s[j:])
+        assert m is not None
+        return m.group(), j + m.end()
+    if s[j] in "}])":
+        return None, j
+    return s[j], j + 1

@@ -1,0 +1,505 @@
+"""Parse a normalized answer string into a small typed structure that comparison can reason about.
+
+An answer is one of:
+
+* :class:`Scalar`: a sympy number/expression or matrix, plus what the text said about it (percent sign,
+  degrees, unit, fewest significant digits among its decimal literals, a base subscript like ``204_5``);
+* :class:`Seq`: a tuple ``(a, b)`` (order matters), a set ``\\{a, b\\}`` or a bare list ``a, b`` / ``a and b``
+  (order does not matter); ``a \\pm b`` is the list ``a + b, a - b``;
+* :class:`Region`: intervals and unions of them (``[2, \\infty)``, ``(-\\infty, 1) \\cup (1, \\infty)``);
+* :class:`Relation`: a chain ``a = b = c`` or ``x \\geq 5`` or ``x \\in [0, 1]``;
+* :class:`Text`: words (``\\text{odd}``), :class:`Choice`: a multiple-choice letter.
+
+The structure (lists, tuples, relations, intervals) is split here by our own scanner; only the leaves go to
+latex2sympy (the LaTeX parser math-verify uses), so structure rules stay explicit and testable. Decimal
+literals are replaced by exact fractions before parsing, so no float rounding can merge ``0.1`` and
+``0.10000001``; their significant digits are kept for the tolerance rule in :mod:`verifiers.math_compare`.
+Before anything is evaluated, :func:`digits_bound` bounds the size of the exact numbers evaluation would
+create; a power tower or a 10^10-digit number is kept unevaluated (``too_large``) instead of hanging.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Literal, Union
+
+import sympy
+from sympy.core.function import AppliedUndef
+
+from verifiers.math_normalize import normalize
+from verifiers.math_units import Unit, split_unit
+
+MAX_DIGITS = 20_000
+"""Largest exact number (in decimal digits) evaluation may create; 2004! has 5,736."""
+
+
+class AnswerParseError(ValueError):
+    """The answer text could not be parsed; the message names the text."""
+
+
+@dataclass(frozen=True)
+class Scalar:
+    value: sympy.Basic
+    decimal_digits: int | None = None
+    percent: bool = False
+    degree: bool = False
+    unit: Unit | None = None
+    base: int | None = None
+    digits: str | None = None
+    too_large: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Seq:
+    kind: Literal["tuple", "set", "list"]
+    items: tuple[Answer, ...]
+    open_pair: bool = False  # "(a, b)": an ordered pair or the open interval (a, b)
+
+
+@dataclass(frozen=True)
+class Region:
+    value: sympy.Set
+
+
+@dataclass(frozen=True)
+class Relation:
+    ops: tuple[str, ...]
+    parts: tuple[Answer, ...]
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    letter: str
+
+
+Answer = Union[Scalar, Seq, Region, Relation, Text, Choice]
+
+_RELATION_OPS = {
+    "=": "=", "\\approx": "=", "\\simeq": "=", "\\equiv": "=",
+    "<": "<", "\\lt": "<", ">": ">", "\\gt": ">",
+    "\\leq": "<=", "\\le": "<=", "\\leqslant": "<=", "\\geq": ">=", "\\ge": ">=", "\\geqslant": ">=",
+    "\\neq": "!=", "\\ne": "!=", "\\in": "in",
+}
+_RELATION_RE = re.compile(r"\\(?:approx|simeq|equiv|leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|in)(?![A-Za-z])|=|<|>")
+_LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
+_DECIMAL_RE = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
+_TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
+_IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])")
+_CHOICE_RE = re.compile(r"^\(?([A-J])\)?$")
+_BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
+_RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
+_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_DECIMAL_COMMA_RE = re.compile(r"^-?\d+,\d+$")
+_WORDS_RE = re.compile(r"^[A-Za-z][A-Za-z' \-]*[A-Za-z.!]?$")
+_FUNC_WORDS = frozenset("sin cos tan sec csc cot log ln exp sqrt pi infty frac".split())
+
+
+def parse_answer(text: str, *, decimal_comma: bool = False) -> Answer:
+    """Parse an extracted answer (any LaTeX/plain spelling) into an :data:`Answer`.
+
+    Args:
+        text: the answer, e.g. ``"\\frac{1}{2}"``, ``"x = 3"``, ``"(1, 2), (3, 4)"``.
+        decimal_comma: read a lone ``1000,99`` as a decimal number (set when the gold is one number);
+            otherwise it is the list ``1000, 99``.
+
+    Raises:
+        AnswerParseError: nothing is left after normalization.
+    """
+    s = normalize(text)
+    if not s:
+        raise AnswerParseError(f"empty answer after normalization: {text!r}")
+    return _parse_top(s, decimal_comma)
+
+
+@lru_cache(maxsize=4096)
+def _parse_top(s: str, decimal_comma: bool) -> Answer:
+    parts = _split_top(s, ";")
+    if len(parts) > 1:
+        return Seq("list", tuple(_as_record(_parse_group(p, decimal_comma)) for p in parts if p.strip()))
+    return _parse_group(s, decimal_comma)
+
+
+def _as_record(answer: Answer) -> Answer:
+    """``p=5, q=2`` inside a ``;``-separated list is one solution: the tuple of its values."""
+    if isinstance(answer, Seq) and answer.kind == "list" and all(_is_assignment(a) for a in answer.items):
+        return Seq("tuple", tuple(a.parts[-1] for a in answer.items if isinstance(a, Relation)))
+    return answer
+
+
+def _parse_group(s: str, decimal_comma: bool) -> Answer:
+    s = s.strip()
+    if _THOUSANDS_RE.match(s):
+        return _parse_scalar(s.replace(",", ""))
+    if decimal_comma and _DECIMAL_COMMA_RE.match(s):
+        return _parse_scalar(s.replace(",", "."))
+    parts = [p for p in _split_list(s) if p.strip()]
+    if len(parts) > 1:
+        items: list[Answer] = []
+        for part in parts:
+            item = _parse_element(part)
+            if isinstance(item, Seq) and item.kind == "list":
+                items.extend(item.items)  # "1 \pm \sqrt 5, -2" has three elements
+            else:
+                items.append(item)
+        return Seq("list", tuple(items))
+    return _parse_element(s)
+
+
+def _parse_element(s: str) -> Answer:
+    s = s.strip()
+    if not s:
+        raise AnswerParseError("empty element")
+    choice = _CHOICE_RE.match(s)
+    if choice:
+        return Choice(choice.group(1))
+    if _is_text(s):
+        return Text(_text_key(s))
+    pieces, ops = _split_relations(s)
+    if ops:
+        if any(not p.strip() for p in pieces):
+            raise AnswerParseError(f"relation with an empty side: {s!r}")
+        return Relation(tuple(ops), tuple(_parse_element(p) for p in pieces))
+    unions = _split_top(s, "\\cup")
+    if len(unions) > 1:
+        return Region(sympy.Union(*[_as_set(_parse_element(u)) for u in unions]))
+    if "\\pm" in s or "\\mp" in s:
+        return _expand_pm(s)
+    bracketed = _parse_brackets(s)
+    if bracketed is not None:
+        return bracketed
+    return _parse_scalar(s)
+
+
+def _expand_pm(s: str) -> Answer:
+    plus = s.replace("\\pm", "+", 1).replace("\\mp", "-", 1)
+    minus = s.replace("\\pm", "-", 1).replace("\\mp", "+", 1)
+    items = []
+    for variant in (plus, minus):
+        variant = re.sub(r"^\s*\+", "", variant)
+        item = _parse_element(variant)
+        items.extend(item.items if isinstance(item, Seq) and item.kind == "list" else [item])
+    return Seq("list", tuple(items))
+
+
+def _parse_brackets(s: str) -> Answer | None:
+    opener, closer = s[:1], s[-1:]
+    if s.startswith("\\{") and s.endswith("\\}") and _wraps(s, 2):
+        inner = s[2:-2]
+        kind: str = "set"
+    elif s.startswith("\\langle") and s.endswith("\\rangle"):
+        inner = s[len("\\langle") : -len("\\rangle")]
+        kind = "tuple"
+    elif opener == "{" and closer == "}" and _wraps(s, 1):
+        inner = s[1:-1]
+        kind = "set"
+    elif opener in "([" and closer in ")]" and _wraps(s, 1):
+        inner = s[1:-1]
+        kind = "bracket"
+    else:
+        return None
+    separator = ";" if kind == "bracket" and ";" in inner and "," not in _top_level_chars(inner) else ","
+    parts = [p for p in _split_top(inner, separator)]
+    if kind == "set":
+        if not inner.strip():
+            return Region(sympy.EmptySet)
+        return Seq("set", tuple(_parse_element(p) for p in parts))
+    if kind == "tuple":
+        return Seq("tuple", tuple(_parse_element(p) for p in parts))
+    if len(parts) == 1:
+        return _parse_element(inner) if opener == "(" and closer == ")" else Seq("list", (_parse_element(inner),))
+    items = tuple(_parse_element(p) for p in parts)
+    if len(parts) == 2 and (opener == "[" or closer == "]" or _has_infinity(items)):
+        return Region(_interval(items, opener, closer))
+    if opener == "(" and closer == ")":
+        return Seq("tuple", items, open_pair=len(items) == 2)
+    return Seq("list", items)
+
+
+def _has_infinity(items: tuple[Answer, ...]) -> bool:
+    return any(isinstance(i, Scalar) and i.value in (sympy.oo, -sympy.oo) for i in items)
+
+
+def _interval(items: tuple[Answer, ...], opener: str, closer: str) -> sympy.Set:
+    ends = []
+    for item in items:
+        if not isinstance(item, Scalar) or isinstance(item.value, sympy.MatrixBase) or item.too_large:
+            raise AnswerParseError("interval endpoints must be numbers or expressions")
+        ends.append(item.value)
+    try:
+        return sympy.Interval(ends[0], ends[1], left_open=opener == "(", right_open=closer == ")")
+    except (TypeError, ValueError) as exc:
+        raise AnswerParseError(f"bad interval endpoints {ends}") from exc
+
+
+def _as_set(answer: Answer) -> sympy.Set:
+    if isinstance(answer, Region):
+        return answer.value
+    if isinstance(answer, Seq) and answer.kind in ("set", "list") and all(isinstance(i, Scalar) for i in answer.items):
+        return sympy.FiniteSet(*[i.value for i in answer.items if isinstance(i, Scalar)])
+    if isinstance(answer, Seq) and answer.open_pair:
+        a, b = answer.items
+        if isinstance(a, Scalar) and isinstance(b, Scalar):
+            return sympy.Interval.open(a.value, b.value)
+    if isinstance(answer, Scalar) and not isinstance(answer.value, sympy.MatrixBase):
+        return sympy.FiniteSet(answer.value)
+    raise AnswerParseError("a union needs intervals or sets on both sides")
+
+
+def _parse_scalar(s: str) -> Scalar:
+    source = s
+    percent = False
+    m = re.search(r"\\%\s*$", s)
+    if m:
+        percent, s = True, s[: m.start()].strip()
+    s, unit = split_unit(s)
+    if re.search(r"\\%\s*$", s):
+        percent, s = True, re.sub(r"\\%\s*$", "", s).strip()
+    degree = False
+    has_trig = bool(_TRIG_RE.search(s))
+    if "^{\\circ}" in s and not has_trig:
+        degree, s = True, s.replace("^{\\circ}", " ").strip()
+    if unit is not None and unit.known and unit.dimension == (("angle", 1),):
+        pass
+    base = _BASE_RE.match(s)
+    if base and int(base.group(2)) >= 2 and all(int(d) < int(base.group(2)) for d in base.group(1)):
+        digits, radix = base.group(1), int(base.group(2))
+        return Scalar(sympy.Integer(int(digits, radix)), base=radix, digits=digits, source=source)
+    ratio = _RATIO_RE.match(s)
+    if ratio and float(ratio.group(2)) != 0:
+        s = f"\\frac{{{ratio.group(1)}}}{{{ratio.group(2)}}}"
+    elif ratio:
+        raise AnswerParseError(f"not a ratio: {s!r}")
+    if not s:
+        raise AnswerParseError(f"no value in {source!r}")
+    decimal_digits = None
+    decimals = list(_DECIMAL_RE.finditer(s))
+    if decimals:
+        decimal_digits = min(_significant_digits(m.group(1), m.group(2)) for m in decimals)
+        s = _DECIMAL_RE.sub(_decimal_to_fraction, s)
+    expr = _latex_to_sympy(s, convert_degrees=has_trig)
+    if _IMAGINARY_RE.search(s):
+        expr = expr.subs(sympy.Symbol("i"), sympy.I)
+    if digits_bound(expr) > MAX_DIGITS:
+        return Scalar(expr, decimal_digits, percent, degree, unit, too_large=True, source=source)
+    expr = _evaluate(expr)
+    return Scalar(expr, decimal_digits, percent, degree, unit, source=source)
+
+
+def _significant_digits(whole: str, frac: str) -> int:
+    digits = (whole + frac).lstrip("0")
+    return max(1, len(digits))
+
+
+def _decimal_to_fraction(m: re.Match[str]) -> str:
+    whole, frac = m.group(1) or "0", m.group(2)
+    return f"(\\frac{{{int(whole + frac)}}}{{{10 ** len(frac)}}})"
+
+
+@lru_cache(maxsize=4096)
+def _latex_to_sympy(s: str, convert_degrees: bool) -> sympy.Basic:
+    from latex2sympy2_extended import latex2sympy
+    from latex2sympy2_extended.latex2sympy2 import ConversionConfig
+
+    try:
+        result = latex2sympy(
+            s,
+            convert_degrees=convert_degrees,
+            normalization_config=None,
+            conversion_config=ConversionConfig(lowercase_symbols=False, interpret_as_mixed_fractions=True),
+        )
+    except Exception as exc:  # noqa: BLE001 - the ANTLR parser raises plain Exception
+        raise AnswerParseError(f"cannot parse {s!r}: {str(exc).splitlines()[0]}") from exc
+    if isinstance(result, list):
+        raise AnswerParseError(f"cannot parse {s!r}")
+    return result
+
+
+def _evaluate(expr: sympy.Basic) -> sympy.Basic:
+    try:
+        return expr.doit()
+    except Exception:  # noqa: BLE001 - leave what sympy cannot evaluate as it is
+        return expr
+
+
+def digits_bound(expr: sympy.Basic) -> float:
+    """Upper bound on the decimal digits of exact numbers that evaluating ``expr`` creates (``inf`` for
+    power towers and exponents above 10^7). Cheap: never evaluates anything large."""
+    try:
+        return _bound(expr)
+    except (OverflowError, RecursionError, ValueError, TypeError):
+        return math.inf
+
+
+def _bound(e: sympy.Basic) -> float:
+    if isinstance(e, sympy.MatrixBase):
+        return max((_bound(x) for x in e), default=1.0)
+    if e.is_Integer:
+        return int(e).bit_length() * 0.30103 + 1
+    if e.is_Rational:
+        return (int(e.p).bit_length() + int(e.q).bit_length()) * 0.30103 + 2
+    if e.is_Atom:
+        return 1.0
+    if isinstance(e, sympy.Pow):
+        base, exponent = e.args
+        b, x = _bound(base), _bound(exponent)
+        if base in (sympy.S.Zero, sympy.S.One, sympy.S.NegativeOne) or not exponent.is_number:
+            return b + x
+        if x > 400:  # the exponent alone is astronomically large
+            return math.inf
+        value = abs(complex(exponent.evalf(15)))
+        return math.inf if value > 1e7 else b * max(value, 1.0) + x
+    if isinstance(e, (sympy.factorial, sympy.gamma, sympy.factorial2, sympy.binomial, sympy.RisingFactorial)):
+        inner = sum(_bound(a) for a in e.args)
+        if inner > 400:
+            return math.inf
+        n = max((abs(complex(a.evalf(15))) for a in e.args if a.is_number), default=1.0)
+        return math.inf if n > 1e6 else n * math.log10(max(n, 2.0)) + inner
+    return sum(_bound(a) for a in e.args) + 1.0
+
+
+def _is_assignment(answer: Answer) -> bool:
+    return isinstance(answer, Relation) and all(op == "=" for op in answer.ops) and is_label(answer.parts[0])
+
+
+def is_label(answer: Answer) -> bool:
+    """True for the name side of an assignment: ``x``, ``f(x)``, ``y_1``, ``A:B``, ``NO/BO``, ``(p, q)``."""
+    if isinstance(answer, Seq):
+        return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
+    if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
+        return False
+    return _symbols_only(answer.value)
+
+
+def _symbols_only(e: sympy.Basic) -> bool:
+    if isinstance(e, (sympy.Symbol, AppliedUndef)):
+        return True
+    if isinstance(e, sympy.Pow):
+        return e.args[1] == -1 and _symbols_only(e.args[0])
+    if isinstance(e, sympy.Mul):
+        return all(_symbols_only(a) for a in e.args)
+    return False
+
+
+def _is_text(s: str) -> bool:
+    plain = re.sub(r"\\text\s*\{([^{}]*)\}", r" \1 ", s).strip()
+    if not _WORDS_RE.match(plain):
+        return False
+    words = re.findall(r"[A-Za-z]+", plain)
+    if any(w.lower() in _FUNC_WORDS for w in words) or "\\" in plain:
+        return False
+    return any(len(w) > 1 for w in words) or "\\text" in s
+
+
+def _text_key(s: str) -> str:
+    plain = re.sub(r"\\text\s*\{([^{}]*)\}", r" \1 ", s)
+    words = re.findall(r"[A-Za-z0-9]+", plain.lower())
+    return " ".join(w for w in words if w not in ("the", "a", "an"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Top-level scanning: split at separators that are not inside (), [], {}, \{ \} or \begin..\end.
+
+
+def _depth_walk(s: str):
+    """Yield ``(index, depth)`` for every character; brackets of any kind count (intervals mix them)."""
+    depth = 0
+    i = 0
+    n = len(s)
+    while i < n:
+        if s.startswith("\\begin", i):
+            depth += 1
+        elif s.startswith("\\end", i):
+            depth = max(0, depth - 1)
+        elif s.startswith("\\{", i) or s.startswith("\\langle", i):
+            yield i, depth
+            depth += 1
+            i += 2
+            continue
+        elif s.startswith("\\}", i) or s.startswith("\\rangle", i):
+            depth = max(0, depth - 1)
+            yield i, depth
+            i += 2
+            continue
+        ch = s[i]
+        if ch == "\\":
+            m = re.match(r"\\[A-Za-z]+", s[i:])
+            step = m.end() if m else 2
+            for k in range(step):
+                if i + k < n:
+                    yield i + k, depth
+            i += step
+            continue
+        if ch in "([{":
+            yield i, depth
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+            yield i, depth
+        else:
+            yield i, depth
+        i += 1
+
+
+def _wraps(s: str, opener_len: int) -> bool:
+    """True when the bracket opening ``s`` closes only at its very end."""
+    for i, depth in _depth_walk(s):
+        if depth == 0 and opener_len <= i < len(s) - opener_len:
+            return False
+    return True
+
+
+def _top_level_chars(s: str) -> str:
+    return "".join(s[i] for i, depth in _depth_walk(s) if depth == 0)
+
+
+def _split_top(s: str, sep: str) -> list[str]:
+    parts: list[str] = []
+    start = 0
+    positions = [i for i, depth in _depth_walk(s) if depth == 0 and s.startswith(sep, i)]
+    if sep.startswith("\\"):
+        positions = [i for i in positions if not s[i + len(sep) : i + len(sep) + 1].isalpha()]
+    for i in positions:
+        parts.append(s[start:i])
+        start = i + len(sep)
+    parts.append(s[start:])
+    return [p.strip() for p in parts]
+
+
+def _split_list(s: str) -> list[str]:
+    top = {i for i, depth in _depth_walk(s) if depth == 0}
+    cuts: list[tuple[int, int]] = [(i, i + 1) for i in sorted(top) if s[i] == ","]
+    cuts += [(m.start(), m.end()) for m in _LIST_WORD_RE.finditer(s) if m.start() in top]
+    cuts.sort()
+    parts: list[str] = []
+    start = 0
+    for a, b in cuts:
+        if a < start:
+            continue
+        parts.append(s[start:a])
+        start = b
+    parts.append(s[start:])
+    return [p.strip() for p in parts]
+
+
+def _split_relations(s: str) -> tuple[list[str], list[str]]:
+    top = {i for i, depth in _depth_walk(s) if depth == 0}
+    pieces: list[str] = []
+    ops: list[str] = []
+    start = 0
+    for m in _RELATION_RE.finditer(s):
+        if m.start() not in top or m.start() < start:
+            continue
+        pieces.append(s[start : m.start()])
+        ops.append(_RELATION_OPS[m.group()])
+        start = m.end()
+    pieces.append(s[start:])
+    return [p.strip() for p in pieces], ops

@@ -1,0 +1,331 @@
+"""Worker processes that run verifier calls with a hard per-call wall-clock kill.
+
+Why processes: sympy and user verifiers can hang for minutes on one input, and signal-based timeouts
+(``signal.alarm``, which math-verify uses) only work on the main thread of the main interpreter. A worker
+process can always be killed. Each worker runs in its own process group, so the kill (``SIGKILL`` to the
+group) also takes down anything the verifier started; workers ask the kernel to kill them when the parent
+dies (``PR_SET_PDEATHSIG``), so they never outlive it.
+
+Cost model: the parent sends a *chunk* of calls per message (one IPC round trip per chunk, not per call)
+and the worker streams back one small result per call. The parent takes the arrival of a result as the
+start of the next call, which gives every call its own deadline while the chunk is in flight. When a call
+runs past its ``timeout_s``, the parent kills the worker, records a timeout for that call, starts a fresh
+worker and re-sends the rest of the chunk.
+
+This is not a security sandbox: a verifier runs with the parent's user, files and network. Untrusted
+*programs* (code rewards) go through :mod:`sandbox`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Call:
+    """One verifier call to run in a worker.
+
+    Attributes:
+        target: registry name (``"math"``) or import path (``"package.module:function"``).
+        completion: the model's completion text.
+        sample: the dataset row plus ``prompt``, ``completion_tokens``, ``max_new_tokens``, ``finish_reason``.
+        kwargs: keyword arguments passed to the verifier.
+        timeout_s: wall-clock limit for this call in seconds; past it the worker is killed.
+    """
+
+    target: str
+    completion: str
+    sample: dict
+    kwargs: dict = field(default_factory=dict)
+    timeout_s: float = 10.0
+
+
+class Status(str, Enum):
+    """How a call ended: returned a value, raised (or its worker died), or ran past its deadline."""
+
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of one :class:`Call`: ``value`` is the verifier's raw return when ``status`` is ``OK``."""
+
+    status: Status
+    value: Any = None
+    error: str | None = None
+    seconds: float = 0.0
+
+
+class VerifierPool:
+    """A fixed number of worker processes running :class:`Call` s with a hard per-call deadline.
+
+    Example::
+
+        with VerifierPool(num_workers=2) as pool:
+            outcomes = pool.run([Call("math", r"so \\boxed{0.5}", {"answer": r"\\frac12"})])
+
+    Args:
+        num_workers: worker processes (>= 1). Started lazily on the first :meth:`run`, so verifiers
+            registered before that are visible to forked workers.
+        start_method: ``"fork"`` (default on Linux; workers inherit everything registered in the parent) or
+            ``"forkserver"``/``"spawn"`` (workers import verifiers afresh: a verifier must then be
+            importable by name or ``module:function``).
+        memory_limit_mb: optional address-space limit per worker (``RLIMIT_AS``, MiB). Leave it ``None``
+            when the parent maps a lot of virtual memory (CUDA), which forked workers inherit.
+        max_chunk: most calls sent to a worker in one message.
+
+    Not thread-safe: use one pool per thread. Raises ``ValueError`` for bad arguments.
+    """
+
+    def __init__(
+        self,
+        num_workers: int = 2,
+        *,
+        start_method: str = "fork",
+        memory_limit_mb: int | None = None,
+        max_chunk: int = 32,
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if max_chunk < 1:
+            raise ValueError(f"max_chunk must be >= 1, got {max_chunk}")
+        if memory_limit_mb is not None and memory_limit_mb < 64:
+            raise ValueError(f"memory_limit_mb must be None or >= 64 (MiB), got {memory_limit_mb}")
+        self._ctx = multiprocessing.get_context(start_method)
+        self._num_workers = num_workers
+        self._memory_limit_mb = memory_limit_mb
+        self._max_chunk = max_chunk
+        self._workers: list[_Worker] = []
+        self.restarts = 0
+        """Workers killed and replaced so far (timeouts and crashes)."""
+        self._finalizer = weakref.finalize(self, _shutdown_all, self._workers)
+
+    def __enter__(self) -> VerifierPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop all workers (idempotent). Workers that do not stop within 1 s are killed."""
+        _shutdown_all(self._workers)
+
+    def run(self, calls: Sequence[Call], on_result: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        """Run ``calls`` on the workers and return one :class:`Outcome` per call, in input order.
+
+        Args:
+            calls: the calls; each carries its own ``timeout_s``.
+            on_result: optional callback ``(index, outcome)`` invoked in the parent as each call finishes
+                (progress bars).
+
+        Never raises for a verifier's failure: exceptions, dead workers and timeouts become outcomes.
+        """
+        results: list[Outcome | None] = [None] * len(calls)
+        pending: deque[int] = deque(range(len(calls)))
+        self._ensure_workers()
+        done = 0
+
+        def finish(index: int, outcome: Outcome) -> None:
+            nonlocal done
+            results[index] = outcome
+            done += 1
+            if on_result is not None:
+                on_result(index, outcome)
+
+        while done < len(calls):
+            for worker in self._workers:
+                if not worker.queue and pending:
+                    worker.assign(self._take_chunk(pending), calls)
+            busy = [w for w in self._workers if w.queue]
+            if not busy:  # unreachable while calls remain; guards against an endless loop
+                raise RuntimeError("verifier pool has calls left but no busy worker")
+            now = time.monotonic()
+            deadline = min(w.started + calls[w.queue[0]].timeout_s for w in busy)
+            ready = multiprocessing.connection.wait([w.conn for w in busy], timeout=max(0.0, deadline - now))
+            for worker in busy:
+                if worker.conn not in ready:
+                    continue
+                index = worker.queue[0]
+                try:
+                    while worker.conn.poll():
+                        got, outcome = worker.receive()
+                        if got != worker.queue[0]:
+                            raise RuntimeError(f"worker answered call {got}, expected {worker.queue[0]}")
+                        worker.queue.popleft()
+                        finish(got, outcome)
+                        worker.started = time.monotonic()
+                        if not worker.queue:
+                            break
+                        index = worker.queue[0]
+                except (EOFError, OSError):
+                    code = worker.process.exitcode
+                    finish(index, Outcome(Status.ERROR, error=f"worker died (exit code {code})"))
+                    self._replace(worker, pending)
+            now = time.monotonic()
+            for worker in self._workers:
+                if worker.queue and now >= worker.started + calls[worker.queue[0]].timeout_s:
+                    index = worker.queue[0]
+                    seconds = now - worker.started
+                    finish(index, Outcome(Status.TIMEOUT, error=f"timeout after {seconds:.2f} s", seconds=seconds))
+                    self._replace(worker, pending)
+        return [r for r in results if r is not None]
+
+    def _take_chunk(self, pending: deque[int]) -> list[int]:
+        # Smaller chunks near the end keep both workers busy until the batch is done.
+        size = max(1, min(self._max_chunk, math.ceil(len(pending) / (2 * self._num_workers))))
+        return [pending.popleft() for _ in range(min(size, len(pending)))]
+
+    def _ensure_workers(self) -> None:
+        for i, worker in enumerate(self._workers):
+            if not worker.process.is_alive():
+                self._workers[i] = self._start_worker()
+        while len(self._workers) < self._num_workers:
+            self._workers.append(self._start_worker())
+
+    def _start_worker(self) -> _Worker:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=_worker_main,
+            args=(child_conn, os.getpid(), self._memory_limit_mb),
+            name="rlvr-verifier",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        return _Worker(process, parent_conn)
+
+    def _replace(self, worker: _Worker, pending: deque[int]) -> None:
+        """Kill ``worker``, put the rest of its chunk back at the front of ``pending``, start a new one."""
+        worker.queue.popleft()
+        pending.extendleft(reversed(worker.queue))
+        worker.queue.clear()
+        worker.kill()
+        self.restarts += 1
+        self._workers[self._workers.index(worker)] = self._start_worker()
+
+
+class _Worker:
+    def __init__(self, process: multiprocessing.process.BaseProcess, conn: multiprocessing.connection.Connection):
+        self.process = process
+        self.conn = conn
+        self.queue: deque[int] = deque()
+        self.started = 0.0
+
+    def assign(self, chunk: list[int], calls: Sequence[Call]) -> None:
+        self.queue.extend(chunk)
+        self.started = time.monotonic()
+        self.conn.send(("run", [(i, calls[i]) for i in chunk]))
+
+    def receive(self) -> tuple[int, Outcome]:
+        _, index, status, value, error, seconds = self.conn.recv()
+        return index, Outcome(Status(status), value, error, seconds)
+
+    def kill(self) -> None:
+        pid = self.process.pid
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the worker leads its own process group
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self.process.join(timeout=5)
+        self.conn.close()
+
+
+def _shutdown_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        try:
+            worker.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + 1.0
+    for worker in workers:
+        worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
+        if worker.process.is_alive():
+            worker.kill()
+        else:
+            worker.conn.close()
+    workers.clear()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Worker side
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, memory_limit_mb: int | None) -> None:
+    os.setpgrp()  # own process group: the parent's kill also reaches grandchildren
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if memory_limit_mb is not None:
+        import resource
+
+        limit = memory_limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    resolved: dict[str, Callable[..., Any]] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        for index, call in message[1]:
+            status, value, error, seconds = _run_one(call, resolved)
+            try:
+                conn.send(("done", index, status, value, error, seconds))
+            except (EOFError, OSError):
+                return
+            except Exception as exc:  # the return value did not pickle
+                conn.send(("done", index, Status.ERROR.value, None, _describe(exc, "unpicklable result"), seconds))
+
+
+def _run_one(call: Call, resolved: dict[str, Callable[..., Any]]) -> tuple[str, Any, str | None, float]:
+    start = time.perf_counter()
+    try:
+        fn = resolved.get(call.target)
+        if fn is None:
+            from verifiers.registry import get_verifier
+
+            fn = resolved[call.target] = get_verifier(call.target)
+        value = fn(call.completion, call.sample, **call.kwargs)
+        return Status.OK.value, value, None, time.perf_counter() - start
+    except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from user code cost one call
+        return Status.ERROR.value, None, _describe(exc), time.perf_counter() - start
+
+
+def _describe(exc: BaseException, prefix: str = "") -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if prefix:
+        text = f"{prefix}: {text}"
+    return text[:_MAX_ERROR_CHARS]
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux/glibc: rely on EOF from the closed pipe
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)

@@ -1,0 +1,130 @@
+"""Verifier registry: register reward functions by name, look them up by name or import path.
+
+A verifier is any callable ``fn(completion: str, sample: dict, **kwargs) -> float | None | dict``:
+
+* a float (or int/bool) is the score;
+* ``None`` means "cannot score this sample" (skipped, adds nothing to the reward);
+* a dict carries ``"score"`` (float or None) plus extra fields that are logged as ``"<verifier>/<field>"``.
+
+Register one with the decorator, then name it in a recipe::
+
+    from verifiers import verifier
+
+    @verifier("starts_with_yes")
+    def starts_with_yes(completion: str, sample: dict) -> float:
+        return 1.0 if completion.lstrip().lower().startswith("yes") else 0.0
+
+A recipe may also name any importable function as ``"package.module:function"`` without registering it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Hashable
+from typing import Any
+
+VerifierFn = Callable[..., Any]
+"""``(completion: str, sample: dict, **kwargs) -> float | None | dict``."""
+
+CacheKeyFn = Callable[..., Hashable | None]
+"""``(completion: str, sample: dict, **kwargs) -> Hashable | None``; ``None`` means "do not cache"."""
+
+_REGISTRY: dict[str, VerifierFn] = {}
+
+
+class UnknownVerifierError(KeyError):
+    """Raised by :func:`get_verifier` for a name that is neither registered nor importable."""
+
+    def __str__(self) -> str:  # KeyError's str() would wrap the message in quotes
+        return str(self.args[0]) if self.args else "unknown verifier"
+
+
+def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[VerifierFn], VerifierFn]:
+    """Decorator registering ``fn`` under ``name``.
+
+    Args:
+        name: registry name used in recipes (``verifiers: [{name: math}]``); must not contain ``":"``.
+        cache_key: optional ``(completion, sample, **kwargs) -> Hashable | None``. When given, a
+            :class:`verifiers.reward.RewardFunction` computes the key in the parent process and reuses the
+            score of an earlier call with the same key instead of calling the verifier again (the math
+            verifier keys on ``(gold, extracted answer)``). It must be cheap and must never hang.
+
+    Raises:
+        ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function.
+    """
+    if not name or ":" in name:
+        raise ValueError(f"verifier name must be non-empty and contain no ':', got {name!r}")
+
+    def register(fn: VerifierFn) -> VerifierFn:
+        existing = _REGISTRY.get(name)
+        if existing is not None and _qualname(existing) != _qualname(fn):
+            raise ValueError(
+                f"verifier name {name!r} is already registered to {_qualname(existing)}; "
+                f"pick another name for {_qualname(fn)}"
+            )
+        if cache_key is not None:
+            fn.cache_key = cache_key  # type: ignore[attr-defined]
+        fn.verifier_name = name  # type: ignore[attr-defined]
+        _REGISTRY[name] = fn
+        return fn
+
+    return register
+
+
+def get_verifier(name_or_path: str) -> VerifierFn:
+    """Return the verifier registered as ``name_or_path``, or import ``"package.module:function"``.
+
+    Raises:
+        UnknownVerifierError (a ``KeyError``): the name is not registered (the message lists the valid
+            names and the closest match), or the import path does not resolve to a callable.
+    """
+    _ensure_builtins()
+    if ":" in name_or_path:
+        return _import_path(name_or_path)
+    fn = _REGISTRY.get(name_or_path)
+    if fn is not None:
+        return fn
+    names = registered_names()
+    close = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UnknownVerifierError(
+        f"unknown verifier {name_or_path!r}.{hint} Registered verifiers: {', '.join(names)}; "
+        "or name any function as 'package.module:function'."
+    )
+
+
+def registered_names() -> list[str]:
+    """Sorted names of all registered verifiers."""
+    _ensure_builtins()
+    return sorted(_REGISTRY)
+
+
+def _import_path(path: str) -> VerifierFn:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise UnknownVerifierError(f"verifier path {path!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownVerifierError(f"verifier path {path!r}: cannot import module {module_name!r} ({exc})") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
+            close = difflib.get_close_matches(attr, public, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise UnknownVerifierError(f"verifier path {path!r}: module {module_name!r} has no {attr!r}.{hint}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UnknownVerifierError(f"verifier path {path!r} names a {type(obj).__name__}, expected a function")
+    return obj
+
+
+def _ensure_builtins() -> None:
+    # Importing the package registers the built-in verifiers (math, format, countdown, ...).
+    importlib.import_module("verifiers")
+
+
+def _qualname(fn: VerifierFn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

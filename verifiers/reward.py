@@ -1,0 +1,296 @@
+"""Combine several verifiers into one weighted reward per completion, computed in a process pool.
+
+Example::
+
+    from verifiers.reward import RewardFunction, VerifierSpec
+
+    specs = [VerifierSpec("math", weight=1.0), VerifierSpec("format", weight=0.2)]
+    with RewardFunction(specs, num_workers=2) as reward_fn:
+        results = reward_fn.score([r"<think>1+1</think><answer>\\boxed{2}</answer>"], [{"answer": "2"}])
+    results[0].total   # 1.2
+    results[0].scores  # {"math": 1.0, "format": 1.0}
+
+Every verifier call runs in a worker process with a hard wall-clock kill (:mod:`verifiers.pool`). A verifier
+that raises, returns NaN or runs past ``timeout_s`` costs that sample only: its score is ``None``, the
+reason goes to ``failures`` and the counters, and ``failure_score`` (times the weight) enters the total.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verifiers.pool import Call, Outcome, Status, VerifierPool
+from verifiers.registry import get_verifier
+
+
+@dataclass
+class VerifierSpec:
+    """One verifier in a reward.
+
+    Attributes:
+        name: registry name (``"math"``) or import path (``"package.module:function"``).
+        weight: multiplies the verifier's score in :attr:`RewardResult.total`; any finite float.
+        kwargs: keyword arguments for the verifier (e.g. ``{"answer_field": "solution"}``).
+        timeout_s: wall-clock limit per call in seconds (> 0); past it the worker is killed.
+        label: key in ``scores``/``extras``/``failures``; default the name, then ``"name#2"``, ``"name#3"``
+            for repeats of the same name.
+    """
+
+    name: str
+    weight: float = 1.0
+    kwargs: dict = field(default_factory=dict)
+    timeout_s: float = 10.0
+    label: str | None = None
+
+
+@dataclass
+class RewardResult:
+    """The reward of one completion.
+
+    Attributes:
+        total: sum over verifiers of ``weight * score`` for judged scores; a failed verifier adds
+            ``weight * failure_score`` (nothing when ``failure_score`` is ``None``); a skipped one adds 0.
+        scores: verifier label -> score, ``None`` when the verifier skipped the sample or failed.
+        extras: extra fields from dict returns, keyed ``"<label>/<field>"``.
+        failures: verifier label -> ``"timeout"``, ``"nan"`` or ``"error: <message>"``.
+    """
+
+    total: float
+    scores: dict[str, float | None]
+    extras: dict[str, Any]
+    failures: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Judged:
+    score: float | None
+    extras: dict[str, Any]
+    failure: str | None
+
+
+class RewardFunction:
+    """Score completions with weighted verifiers in worker processes; also a context manager.
+
+    Args:
+        specs: the verifiers (at least one). Names are resolved now, so a typo fails here with a
+            ``KeyError`` that names the closest registered verifier.
+        num_workers: worker processes (>= 1).
+        failure_score: score used in ``total`` for a verifier that timed out, raised, returned NaN/inf or a
+            value of the wrong type; ``None`` leaves it out of the total like a skip.
+        start_method: multiprocessing start method for workers (see :class:`verifiers.pool.VerifierPool`).
+        memory_limit_mb: optional per-worker address-space limit in MiB.
+        cache_size: most entries kept in the result cache (verifiers that declare a ``cache_key``, such as
+            ``math`` keyed by ``(gold, extracted answer)``); 0 disables caching.
+
+    Raises:
+        ValueError: no specs, a non-finite weight, a non-positive timeout, a duplicate label, or
+            kwargs that are not a dict.
+        KeyError: a verifier name that is neither registered nor importable.
+    """
+
+    def __init__(
+        self,
+        specs: list[VerifierSpec],
+        num_workers: int = 2,
+        failure_score: float | None = 0.0,
+        *,
+        start_method: str = "fork",
+        memory_limit_mb: int | None = None,
+        cache_size: int = 100_000,
+    ) -> None:
+        if not specs:
+            raise ValueError("RewardFunction needs at least one VerifierSpec")
+        if failure_score is not None and not math.isfinite(failure_score):
+            raise ValueError(f"failure_score must be a finite float or None, got {failure_score!r}")
+        self.specs = list(specs)
+        self.labels = _labels(self.specs)
+        self._fns = []
+        for spec, label in zip(self.specs, self.labels, strict=True):
+            if not isinstance(spec.weight, (int, float)) or not math.isfinite(spec.weight):
+                raise ValueError(f"verifier {label!r}: weight must be a finite number, got {spec.weight!r}")
+            if not spec.timeout_s > 0:
+                raise ValueError(f"verifier {label!r}: timeout_s must be > 0 seconds, got {spec.timeout_s!r}")
+            if not isinstance(spec.kwargs, dict):
+                raise ValueError(f"verifier {label!r}: kwargs must be a dict, got {type(spec.kwargs).__name__}")
+            self._fns.append(get_verifier(spec.name))
+        self.failure_score = failure_score
+        self._pool = VerifierPool(num_workers, start_method=start_method, memory_limit_mb=memory_limit_mb)
+        self._cache: OrderedDict[tuple[str, Hashable], _Judged] = OrderedDict()
+        self._cache_size = cache_size
+        self._counters: Counter[str] = Counter()
+
+    def __enter__(self) -> RewardFunction:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker processes (idempotent)."""
+        self._pool.close()
+
+    def counters(self) -> dict[str, int]:
+        """Running totals since construction: ``"<label>/calls"`` (sent to a worker), ``"<label>/cache_hits"``,
+        ``"<label>/skipped"``, ``"<label>/timeout"``, ``"<label>/error"``, ``"<label>/nan"``, and
+        ``"worker_restarts"``."""
+        out = dict(self._counters)
+        out["worker_restarts"] = self._pool.restarts
+        return out
+
+    def score(
+        self,
+        completions: list[str],
+        samples: list[dict],
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> list[RewardResult]:
+        """Score each completion against its sample; results keep the input order.
+
+        Args:
+            completions: model completions (text after the prompt).
+            samples: one dict per completion: the dataset row plus ``prompt``, ``completion_tokens``,
+                ``max_new_tokens`` and ``finish_reason`` where known.
+            on_progress: optional ``(done, total)`` callback; ``total`` counts completions x verifiers.
+
+        Raises:
+            ValueError: the two lists differ in length, or a sample is not a dict.
+        """
+        if len(completions) != len(samples):
+            raise ValueError(f"got {len(completions)} completions but {len(samples)} samples; expected one each")
+        for i, sample in enumerate(samples):
+            if not isinstance(sample, dict):
+                raise ValueError(f"samples[{i}] is a {type(sample).__name__}, expected a dict")
+        total = len(completions) * len(self.specs)
+        judged: dict[tuple[int, int], _Judged] = {}
+        calls: list[Call] = []
+        call_slots: list[list[tuple[int, int]]] = []  # each call serves these (sample, spec) slots
+        call_keys: list[tuple[str, Hashable] | None] = []
+        by_key: dict[tuple[str, Hashable], int] = {}
+        for s, (spec, label, fn) in enumerate(zip(self.specs, self.labels, self._fns, strict=True)):
+            key_fn = getattr(fn, "cache_key", None) if self._cache_size > 0 else None
+            for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
+                key = _cache_key(key_fn, label, completion, sample, spec.kwargs)
+                if key is not None and key in self._cache:
+                    self._cache.move_to_end(key)
+                    judged[(i, s)] = self._cache[key]
+                    self._counters[f"{label}/cache_hits"] += 1
+                    continue
+                if key is not None and key in by_key:  # same key earlier in this batch
+                    call_slots[by_key[key]].append((i, s))
+                    self._counters[f"{label}/cache_hits"] += 1
+                    continue
+                if key is not None:
+                    by_key[key] = len(calls)
+                calls.append(Call(spec.name, completion, sample, spec.kwargs, spec.timeout_s))
+                call_slots.append([(i, s)])
+                call_keys.append(key)
+                self._counters[f"{label}/calls"] += 1
+
+        done = len(completions) * len(self.specs) - sum(len(slots) for slots in call_slots)
+        if on_progress is not None:
+            on_progress(done, total)
+
+        def on_result(index: int, outcome: Outcome) -> None:
+            nonlocal done
+            spec_index = call_slots[index][0][1]
+            result = _judge(outcome)
+            label = self.labels[spec_index]
+            self._count(label, result)
+            for slot in call_slots[index]:
+                judged[slot] = result
+            key = call_keys[index]
+            if key is not None:
+                self._remember(key, result)
+            done += len(call_slots[index])
+            if on_progress is not None:
+                on_progress(done, total)
+
+        if calls:
+            self._pool.run(calls, on_result)
+        return [self._combine(i, judged) for i in range(len(completions))]
+
+    def _combine(self, i: int, judged: dict[tuple[int, int], _Judged]) -> RewardResult:
+        total = 0.0
+        scores: dict[str, float | None] = {}
+        extras: dict[str, Any] = {}
+        failures: dict[str, str] = {}
+        for s, (spec, label) in enumerate(zip(self.specs, self.labels, strict=True)):
+            result = judged[(i, s)]
+            scores[label] = result.score
+            for name, value in result.extras.items():
+                extras[f"{label}/{name}"] = value
+            if result.failure is not None:
+                failures[label] = result.failure
+                if self.failure_score is not None:
+                    total += spec.weight * self.failure_score
+            elif result.score is not None:
+                total += spec.weight * result.score
+        return RewardResult(total=total, scores=scores, extras=extras, failures=failures)
+
+    def _count(self, label: str, result: _Judged) -> None:
+        if result.failure is not None:
+            self._counters[f"{label}/{result.failure.split(':')[0]}"] += 1
+        elif result.score is None:
+            self._counters[f"{label}/skipped"] += 1
+
+    def _remember(self, key: tuple[str, Hashable], result: _Judged) -> None:
+        self._cache[key] = result
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+
+def _labels(specs: Sequence[VerifierSpec]) -> list[str]:
+    labels: list[str] = []
+    seen: Counter[str] = Counter()
+    for spec in specs:
+        if spec.label is not None:
+            label = spec.label
+        else:
+            seen[spec.name] += 1
+            label = spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
+        if label in labels:
+            raise ValueError(f"two verifiers share the label {label!r}; give one of them a distinct 'label'")
+        labels.append(label)
+    return labels
+
+
+def _cache_key(
+    key_fn: Callable[..., Hashable | None] | None, label: str, completion: str, sample: dict, kwargs: dict
+) -> tuple[str, Hashable] | None:
+    if key_fn is None:
+        return None
+    try:
+        key = key_fn(completion, sample, **kwargs)
+        if key is None:
+            return None
+        hash(key)
+        return (label, key)
+    except Exception:  # noqa: BLE001 - a bad key only disables caching; the worker reports the real error
+        return None
+
+
+def _judge(outcome: Outcome) -> _Judged:
+    """Turn a worker outcome into a score, extras and failure reason."""
+    if outcome.status is Status.TIMEOUT:
+        return _Judged(None, {}, "timeout")
+    if outcome.status is Status.ERROR:
+        return _Judged(None, {}, f"error: {outcome.error}")
+    value = outcome.value
+    extras: dict[str, Any] = {}
+    if isinstance(value, dict):
+        if "score" not in value:
+            return _Judged(None, {}, f"error: returned a dict without 'score' (keys: {sorted(value)[:10]})")
+        extras = {str(k): v for k, v in value.items() if k != "score"}
+        value = value["score"]
+    if value is None:
+        return _Judged(None, extras, None)
+    if not isinstance(value, numbers.Real):  # bool, int, float and numpy scalars are Real
+        return _Judged(None, extras, f"error: returned {type(value).__name__}, expected float, None or dict")
+    score = float(value)
+    if not math.isfinite(score):
+        return _Judged(None, extras, "nan")
+    return _Judged(score, extras, None)
