@@ -1,0 +1,27 @@
+"""The interface every backend implements: run one batch of jobs in one sandbox."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Hashable, Sequence
+
+from sandbox.batch import BatchOutcome
+from sandbox.jobs import Job
+
+
+class Backend(ABC):
+    """A way to run the in-sandbox driver. Implementations: docker, bwrap, none (unsandboxed)."""
+
+    name: str = ""
+
+    @abstractmethod
+    def workers(self) -> int:
+        """How many batches may run at the same time."""
+
+    def group_key(self, job: Job) -> Hashable:
+        """Jobs with equal keys may share one sandbox (e.g. a container made for their limits)."""
+        return None
+
+    @abstractmethod
+    def run_batch(self, jobs: Sequence[Job]) -> BatchOutcome:
+        """Run jobs (all with one group_key) in one sandbox, in order. A misbehaving program or driver gives
+        a broken outcome; raises SandboxError only when the sandbox cannot be started at all."""

@@ -1,0 +1,170 @@
+"""The Docker backend: each batch is one `docker exec` of the driver in a warm pooled container.
+
+The driver's stdin and stdout travel over the exec's attached socket (the docker SDK's
+`exec_start(socket=True)`), so test inputs never touch argv or a file the program could list. When the
+driver falls silent past its deadline, or its batch ends broken, the container is killed and removed.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any, Hashable, Sequence
+
+import docker
+import docker.errors
+
+from sandbox.backends.base import Backend
+from sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
+from sandbox.batch import BatchOutcome, request_bytes, run_batch
+from sandbox.errors import SandboxUnavailable
+from sandbox.harness import driver_source
+from sandbox.jobs import Job
+
+IMAGE_ENV = Path(__file__).resolve().parent.parent / "image.env"
+STDERR_TAIL = 8192
+
+
+def image_name() -> str:
+    """The sandbox image tag, from sandbox/image.env (RLVR_SANDBOX_IMAGE overrides it)."""
+    if os.environ.get("RLVR_SANDBOX_IMAGE"):
+        return os.environ["RLVR_SANDBOX_IMAGE"]
+    for line in IMAGE_ENV.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "RLVR_SANDBOX_IMAGE":
+            return value.strip()
+    raise SandboxUnavailable(f"{IMAGE_ENV} does not set RLVR_SANDBOX_IMAGE")
+
+
+def docker_problem() -> str | None:
+    """Why the Docker backend cannot run here (no engine answers, or the image is missing), else None."""
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as e:  # noqa: BLE001 - any failure means "no engine"
+        return f"no Docker engine answers ({type(e).__name__}: {e}); run `make sandbox`"
+    try:
+        client.images.get(image_name())
+    except docker.errors.ImageNotFound:
+        return f"the sandbox image {image_name()} is missing; run `make sandbox`"
+    except docker.errors.DockerException as e:
+        return f"cannot inspect the sandbox image: {e}"
+    finally:
+        client.close()
+    return None
+
+
+class DockerBackend(Backend):
+    """Runs batches in pooled containers. workers: parallel batches (RLVR_SANDBOX_WORKERS, default the CPU
+    count); idle_exit_s: an unused container removes itself after this long (RLVR_SANDBOX_IDLE_S, 600).
+
+    Raises SandboxUnavailable when no engine answers or the image is missing."""
+
+    name = "docker"
+
+    def __init__(self, workers: int | None = None, idle_exit_s: float | None = None) -> None:
+        problem = docker_problem()
+        if problem:
+            raise SandboxUnavailable(problem)
+        self.client = docker.from_env(timeout=60)
+        idle = idle_exit_s if idle_exit_s is not None else float(os.environ.get("RLVR_SANDBOX_IDLE_S", 600))
+        self.pool = ContainerPool(self.client, image_name(), idle_exit_s=idle)
+        self._workers = workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)
+
+    def workers(self) -> int:
+        return self._workers
+
+    def group_key(self, job: Job) -> Hashable:
+        return ContainerSpec.for_limits(job.limits)
+
+    def run_batch(self, jobs: Sequence[Job]) -> BatchOutcome:
+        spec = ContainerSpec.for_limits(jobs[0].limits)
+        container = self.pool.acquire(spec)
+        outcome = BatchOutcome(results=[None] * len(jobs), broken="the driver could not be started")
+        channel: ExecChannel | None = None
+        try:
+            channel = ExecChannel(self.client, container)
+            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp", "/dev/shm"], nproc=None)
+            outcome = run_batch(channel, jobs, request)
+        except docker.errors.DockerException as e:
+            outcome.broken = f"docker exec failed: {e}"
+        finally:
+            if channel is not None:
+                channel.close()
+            self.pool.release(container, spec, reusable=outcome.reusable)
+        return outcome
+
+    def close(self) -> None:
+        """Remove every container this backend started."""
+        self.pool.close()
+
+
+class ExecChannel:
+    """A Channel to `python3 -I -c DRIVER` started with `docker exec` (stdin attached) in a container."""
+
+    def __init__(self, client: docker.DockerClient, container: Any) -> None:
+        api = client.api
+        exec_id = api.exec_create(container.id, ["python3", "-I", "-c", driver_source()], stdin=True,
+                                  stdout=True, stderr=True, user=SANDBOX_UID, workdir="/tmp")["Id"]
+        self._io = api.exec_start(exec_id, socket=True)
+        self._sock: socket.socket = getattr(self._io, "_sock", self._io)
+        self._raw = bytearray()  # multiplexed frames not parsed yet
+        self._out = bytearray()
+        self._err = bytearray()
+        self._eof = False
+        self._lock = threading.Lock()
+
+    def send(self, data: bytes) -> None:
+        self._sock.settimeout(60)
+        self._sock.sendall(data)
+
+    def read_line(self, timeout_s: float) -> bytes | None:
+        end = time.monotonic() + timeout_s
+        while b"\n" not in self._out:
+            if self._eof:
+                return None
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no line from the driver within {timeout_s:.1f} s")
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except socket.timeout:
+                continue
+            if not chunk:
+                self._eof = True
+            self._raw += chunk
+            self._parse_frames()
+        line, _, rest = bytes(self._out).partition(b"\n")
+        self._out = bytearray(rest)
+        return line
+
+    def _parse_frames(self) -> None:
+        # Docker's stream format: 8-byte header (stream id, 3 zero bytes, big-endian length), then data.
+        while len(self._raw) >= 8:
+            stream, size = struct.unpack(">BxxxL", self._raw[:8])
+            if len(self._raw) < 8 + size:
+                return
+            data = bytes(self._raw[8:8 + size])
+            del self._raw[:8 + size]
+            if stream == 2:
+                self._err += data
+                del self._err[:-STDERR_TAIL]
+            else:
+                self._out += data
+
+    def diagnostics(self) -> str:
+        return bytes(self._err).decode("utf-8", "replace")
+
+    def close(self) -> None:
+        try:
+            self._io.close()
+        except OSError:
+            pass
+        try:
+            self._sock.close()
+        except OSError:
+            pass

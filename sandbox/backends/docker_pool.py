@@ -1,0 +1,205 @@
+"""Where sandbox containers are started, kept warm, and removed.
+
+Each container is started once (~300-600 ms) and then runs many batches, each through one `docker exec`
+of the driver. It is created with: no network, a read-only root, size-capped tmpfs scratch (/tmp and
+/dev/shm), a pids limit, a memory limit (no swap), a CPU quota, uid 65534, every capability dropped and
+no-new-privileges. Its pid 1 is a small reaper that exits (and `auto_remove` removes the container) after
+`idle_exit_s` seconds without any other process: a caller killed with SIGKILL leaves nothing behind for
+long. Containers are labelled with their owner (`host:pid`); at exit (atexit, and SIGTERM when nobody
+else handles it) the pool removes its own, and a new pool removes containers of owners that are gone.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import threading
+import uuid
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+
+from sandbox.errors import SandboxUnavailable
+from sandbox.limits import Limits
+
+LABEL = "rlvr.sandbox"
+OWNER_LABEL = "rlvr.sandbox.owner"
+SANDBOX_UID = "65534:65534"  # nobody:nogroup
+OVERHEAD_MB = 256  # container memory beyond the program's own limit: driver, pid 1, runner baseline
+
+# pid 1 of every container: reap orphans; exit after argv[1] idle seconds (no process but us).
+PID1_SOURCE = """
+import os, sys, time
+idle_s, last = float(sys.argv[1]), time.monotonic()
+while True:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+    if any(p.isdigit() and p != "1" for p in os.listdir("/proc")):
+        last = time.monotonic()
+    elif time.monotonic() - last > idle_s:
+        sys.exit(0)
+    time.sleep(0.5)
+"""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """The container-level limits a batch needs (jobs with equal specs share containers).
+
+    memory_mb: cgroup memory (= memory + swap) limit in MiB; pids: pids limit; cpus: CPU quota in cores;
+    scratch_mb: size of each tmpfs (/tmp, /dev/shm) in MiB."""
+
+    memory_mb: int
+    pids: int
+    cpus: float
+    scratch_mb: int
+
+    @classmethod
+    def for_limits(cls, limits: Limits) -> ContainerSpec:
+        """The spec for a program's Limits: its memory plus both scratch tmpfs plus OVERHEAD_MB."""
+        memory = int(limits.memory_mb) + 2 * int(limits.scratch_mb) + OVERHEAD_MB
+        return cls(memory_mb=memory, pids=int(limits.pids), cpus=float(limits.cpus), scratch_mb=int(limits.scratch_mb))
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `client.containers.run` that enforce this spec and the isolation."""
+        tmpfs = f"rw,nosuid,nodev,noexec,size={self.scratch_mb}m,mode=1777"
+        return {
+            "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": tmpfs},
+            "shm_size": f"{self.scratch_mb}m", "pids_limit": self.pids,
+            "mem_limit": f"{self.memory_mb}m", "memswap_limit": f"{self.memory_mb}m",
+            "nano_cpus": int(self.cpus * 1e9), "user": SANDBOX_UID, "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"], "ipc_mode": "private", "working_dir": "/tmp",
+            "hostname": "sandbox", "environment": {"LANG": "C.UTF-8"},
+        }
+
+
+class ContainerPool:
+    """Warm containers, by spec. Thread-safe. `acquire` hands out an idle one or starts one;
+    `release(c, reusable=False)` removes it. Raises SandboxUnavailable when a container cannot start."""
+
+    def __init__(self, client: docker.DockerClient, image: str, idle_exit_s: float = 600.0) -> None:
+        self.client, self.image, self.idle_exit_s = client, image, idle_exit_s
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._idle: dict[ContainerSpec, list[Any]] = defaultdict(list)
+        self._live: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        remove_stale_containers(client)
+        _POOLS.add(self)
+        _install_exit_cleanup()
+
+    def acquire(self, spec: ContainerSpec) -> Any:
+        """An idle container made for spec, else a new one (started here, ~0.3-0.6 s)."""
+        with self._lock:
+            if self._idle[spec]:
+                return self._idle[spec].pop()
+        try:
+            container = self.client.containers.run(
+                self.image, ["python3", "-I", "-c", PID1_SOURCE, str(self.idle_exit_s)], detach=True,
+                auto_remove=True, name=f"rlvr-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+                labels={LABEL: "1", OWNER_LABEL: self.owner}, **spec.run_kwargs())
+        except docker.errors.DockerException as e:
+            raise SandboxUnavailable(f"cannot start a sandbox container from {self.image}: {e}") from e
+        with self._lock:
+            self._live[container.id] = container
+        return container
+
+    def release(self, container: Any, spec: ContainerSpec, reusable: bool) -> None:
+        """Give a container back: kept warm when reusable, else killed and removed."""
+        if reusable:
+            with self._lock:
+                if container.id in self._live:
+                    self._idle[spec].append(container)
+                    return
+        self.discard(container)
+
+    def discard(self, container: Any) -> None:
+        """Kill and remove one container (no error if it is already gone)."""
+        with self._lock:
+            self._live.pop(container.id, None)
+            for idle in self._idle.values():
+                if container in idle:
+                    idle.remove(container)
+        _remove(container)
+
+    def close(self) -> None:
+        """Remove every container of this pool."""
+        with self._lock:
+            containers = list(self._live.values())
+            self._live.clear()
+            self._idle.clear()
+        threads = [threading.Thread(target=_remove, args=(c,), daemon=True) for c in containers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+
+    def size(self) -> int:
+        """Number of containers this pool holds (idle or in use)."""
+        with self._lock:
+            return len(self._live)
+
+
+def remove_stale_containers(client: docker.DockerClient) -> int:
+    """Remove sandbox containers whose owner process (on this host) is gone; returns how many."""
+    host = socket.gethostname()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            _remove(container)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(container: Any) -> None:
+    try:
+        container.remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as e:
+        if "already in progress" not in str(e) and e.status_code != 404:
+            raise
+
+
+_POOLS: "weakref.WeakSet[ContainerPool]" = weakref.WeakSet()
+_cleanup_installed = False
+
+
+def close_all_pools() -> None:
+    """Remove the containers of every pool in this process (run at exit)."""
+    for pool in list(_POOLS):
+        pool.close()
+
+
+def _install_exit_cleanup() -> None:
+    global _cleanup_installed
+    if _cleanup_installed:
+        return
+    _cleanup_installed = True
+    atexit.register(close_all_pools)
+    # SIGTERM normally ends Python without atexit; clean up first, then die of it as before.
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def on_sigterm(signum: int, _frame: Any) -> None:
+            close_all_pools()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)

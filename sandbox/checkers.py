@@ -1,0 +1,160 @@
+"""Output checkers, run on the host after the sandbox: the expected output never enters the sandbox.
+
+For stdio tests (`Checker.same_output`):
+  exact     byte-for-byte equal text;
+  lines     line by line after dropping trailing whitespace on each line (so CRLF = LF) and trailing empty
+            lines; every line must match, none may be missing or extra;
+  lines_ci  `lines`, ignoring case;
+  float:TOL whitespace-separated tokens; numeric tokens may differ by TOL absolute or TOL relative to the
+            expected number, other tokens must be equal; the token counts must match ("float_1e-6" and a
+            bare "float" (TOL 1e-6) are accepted too);
+  json      both parse as JSON and are the same value (`same_value`).
+For call tests (`Checker.same_value`) the returned value, in JSON form (tuples are lists, sets sorted
+lists, dict keys strings), must equal the expected one: bools only equal bools, numbers compare as numbers
+(within TOL for float:TOL), strings, lists and dicts exactly.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+CHECKERS = ("exact", "lines", "lines_ci", "float:<tol>", "json")
+_FLOAT = re.compile(r"^float(?:[:_](?P<tol>.+))?$")
+
+
+@dataclass(frozen=True)
+class Checker:
+    """A parsed checker name: kind is exact, lines, lines_ci, float or json; tol only for float."""
+
+    kind: str
+    tol: float = 0.0
+
+    def same_output(self, got: str, expected: str) -> tuple[bool, str]:
+        """Whether stdout `got` matches `expected`, and a one-line reason when it does not."""
+        if self.kind == "exact":
+            return (True, "") if got == expected else (False, _first_difference(got, expected))
+        if self.kind in ("lines", "lines_ci"):
+            g, e = _lines(got), _lines(expected)
+            if self.kind == "lines_ci":
+                g, e = [x.casefold() for x in g], [x.casefold() for x in e]
+            if g == e:
+                return True, ""
+            if len(g) != len(e):
+                return False, f"{len(g)} lines of output, expected {len(e)}"
+            k = next(i for i, (a, b) in enumerate(zip(g, e)) if a != b)
+            return False, f"line {k + 1}: got {_short(g[k])}, expected {_short(e[k])}"
+        if self.kind == "float":
+            g, e = got.split(), expected.split()
+            if len(g) != len(e):
+                return False, f"{len(g)} tokens of output, expected {len(e)}"
+            for k, (a, b) in enumerate(zip(g, e)):
+                if a != b and not _close(a, b, self.tol):
+                    return False, f"token {k + 1}: got {_short(a)}, expected {_short(b)} (tolerance {self.tol:g})"
+            return True, ""
+        try:
+            g_value = json.loads(got)
+        except ValueError:
+            return False, "output is not JSON"
+        return self.same_value(g_value, json.loads(expected))
+
+    def same_value(self, got: Any, expected: Any) -> tuple[bool, str]:
+        """Whether a returned value (any plain data) equals the expected JSON value; reason when not."""
+        ok = _same(to_json_value(got), expected, self.tol if self.kind == "float" else 0.0)
+        return (True, "") if ok else (False, f"returned {_short(repr(got))}, expected {_short(repr(expected))}")
+
+
+def parse_checker(name: str) -> Checker:
+    """Parse a checker name ("lines", "float:1e-6", ...); raises ValueError naming it and the valid ones."""
+    if not isinstance(name, str):
+        raise ValueError(f"checker must be a string, one of {', '.join(CHECKERS)}; got {name!r}")
+    if name in ("exact", "lines", "lines_ci", "json"):
+        return Checker(name)
+    m = _FLOAT.match(name)
+    if m:
+        try:
+            tol = float(m.group("tol")) if m.group("tol") else 1e-6
+        except ValueError:
+            tol = -1.0
+        if not (tol >= 0 and math.isfinite(tol)):
+            raise ValueError(f"checker {name!r}: the tolerance must be a number >= 0, as in 'float:1e-6'")
+        return Checker("float", tol)
+    raise ValueError(f"unknown checker {name!r}; valid checkers: {', '.join(CHECKERS)}")
+
+
+def to_json_value(value: Any) -> Any:
+    """The JSON form of plain data: tuples become lists, sets sorted lists, dict keys strings, bytes text."""
+    if isinstance(value, (tuple, list)):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [to_json_value(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=repr)
+    if isinstance(value, dict):
+        return {_json_key(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, complex):
+        return [value.real, value.imag]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    return json.dumps(key) if isinstance(key, (bool, type(None))) else str(key)
+
+
+def _same(got: Any, expected: Any, tol: float) -> bool:
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(expected, (int, float)):
+        if not isinstance(got, (int, float)):
+            return False
+        if isinstance(got, float) or isinstance(expected, float):
+            return _close_numbers(float(got), float(expected), tol)
+        return got == expected
+    if isinstance(expected, list):
+        return isinstance(got, list) and len(got) == len(expected) and all(
+            _same(g, e, tol) for g, e in zip(got, expected))
+    if isinstance(expected, dict):
+        return isinstance(got, dict) and got.keys() == expected.keys() and all(
+            _same(got[k], expected[k], tol) for k in expected)
+    return type(got) is type(expected) and got == expected
+
+
+def _close(a: str, b: str, tol: float) -> bool:
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return False
+    return _close_numbers(x, y, tol)
+
+
+def _close_numbers(x: float, y: float, tol: float) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):
+        return x == y
+    diff = abs(x - y)
+    return diff <= tol or diff <= tol * abs(y)
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _first_difference(got: str, expected: str) -> str:
+    k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+    return f"output differs at character {k + 1}: got {_short(got[k:k + 20])}, expected {_short(expected[k:k + 20])}"
+
+
+def _short(text: str, n: int = 60) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")

@@ -1,0 +1,619 @@
+"""The supervisor inside the sandbox: runs each program against its tests and reports what happened.
+
+Started by a backend as `python3 -I -c CODEC_AND_THIS_SOURCE` inside a Docker container or a bubblewrap
+sandbox, as the same unprivileged uid as the programs it runs (standard library only: it cannot import
+`sandbox`). It reads one batch from stdin (a decimal byte count on the first line, then that much JSON) and
+writes one JSON line per event to stdout:
+  {"hello": pid}                                   once, when it is ready;
+  {"job": i, "test": j, "status": ..., ...}       once per test, in order (see `_report`);
+  {"job": i, "done": true, "clean": bool}          after each job, once its processes and files are gone.
+It compares nothing: expected outputs never come here. Statuses: ok, failed (an assert failed), error,
+early_exit (ended with code 0 before its tests finished), timeout, memory, output_limit, compile_error.
+
+Why the program cannot fool it although it shares our uid:
+- PR_SET_DUMPABLE=0: the program cannot ptrace us, open /proc/<us>/fd/1 to write fake results, or read
+  the assert tests from our memory. PR_SET_CHILD_SUBREAPER: orphans of the program become our children.
+- each program runs in its own session under `timeout -s KILL`, with rlimits (address space = memory_mb,
+  CPU time, file size, open files, processes where asked) and oom_score_adj 1000, from an empty scratch folder.
+- a stdio test is over when the program has exited AND every process holding its stdout has closed it, so a
+  background child still printing is a timeout, not an early pass.
+- after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
+  private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
+"""
+import ctypes
+import fcntl
+import json
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+
+OUT_TAIL = 4096  # bytes of stderr kept per test
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _Abort(BaseException):
+    """Ends the current test with a status; a BaseException so that `except Exception` in tests misses it."""
+
+    def __init__(self, status, detail):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class _Driver:
+    def __init__(self, batch):
+        self.batch = batch
+        self.pid_namespace = bool(batch["pid_namespace"])
+        self.scratch = list(batch["scratch"])
+        self.workdir = os.path.join(self.scratch[0], "w")
+        self.python = shutil.which(batch.get("python", "python3")) or "/usr/bin/python3"
+        self.timeout_bin = shutil.which("timeout") or "/usr/bin/timeout"
+        self.runner_source = batch["runner"]
+        self.nproc = batch.get("nproc")
+        self.session = None  # the _RpcSession running now, for SIGALRM
+        self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
+        self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    # -- events ---------------------------------------------------------------------------------------
+    @staticmethod
+    def emit(message):
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    def _report(self, job, test, status, detail="", started=None, proc=None, stdout=b"", value=None):
+        self.emit({
+            "job": job, "test": test, "status": status, "detail": detail,
+            "elapsed_s": round(time.monotonic() - started, 4) if started else 0.0,
+            "exit_code": proc.exit_code if proc else None, "signal": proc.signal if proc else None,
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": bytes(proc.err[-OUT_TAIL:]).decode("utf-8", "replace") if proc else "",
+            "value": value,
+        })
+
+    # -- processes ------------------------------------------------------------------------------------
+    def _on_alarm(self, *_):
+        if self.session is not None:
+            self.session.on_alarm()
+
+    def reap(self):
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.reaped[pid] = (status, usage)
+
+    def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None):
+        """Fork and exec argv in a new session with the job's rlimits: stdin from stdin_fd, stdout and stderr
+        to new pipes, extra_fds at 3, 4, ... Returns a _Proc."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
+               "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        cpu_s = cpu_s or job["time_s"]
+        pid = os.fork()
+        if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
+            try:
+                os.setsid()
+                fds = [stdin_fd, out_w, err_w, *extra_fds]
+                high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100 + i) for i, fd in enumerate(fds)]
+                for target, fd in enumerate(high):
+                    os.dup2(fd, target)
+                os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGALRM):
+                    signal.signal(sig, signal.SIG_DFL)
+                _set_limits(job, cpu_s, self.nproc)
+                # Our non-dumpable flag makes /proc/self root-owned; the program is dumpable after exec anyway.
+                _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+                with open("/proc/self/oom_score_adj", "w") as f:
+                    f.write("1000")  # if memory runs out, the program goes first, not the driver
+                os.chdir(self.workdir)
+                os.execve(argv[0], argv, env)
+            except BaseException as e:  # noqa: BLE001 - report and vanish
+                os.write(2, ("sandbox driver: cannot start %s: %r\n" % (argv[0], e)).encode())
+            os._exit(127)
+        os.close(out_w)
+        os.close(err_w)
+        return _Proc(pid, out_r, err_r)
+
+    def program_argv(self, job, *args, budget_s):
+        # `timeout -s KILL` is the inner backstop; the driver itself kills at the job's own deadline.
+        return [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0), self.python, "-I", "-B", *args]
+
+    def kill_all(self):
+        """Kill every other process in the sandbox (only our descendants outside a pid namespace); True when
+        none is left within 3 s."""
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            if self.pid_namespace:
+                try:
+                    os.kill(-1, signal.SIGKILL)  # everyone we may signal, except ourselves and pid 1
+                except ProcessLookupError:
+                    pass
+            else:
+                for pid in _children(os.getpid()):
+                    _kill(pid)
+            self.reap()
+            if not _children(os.getpid()):
+                if not self.pid_namespace:
+                    return True
+                try:
+                    os.kill(-1, 0)
+                except ProcessLookupError:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def wait_exit(self, proc, until):
+        """Wait until proc has been reaped or `until` (monotonic s) passes; True when it was reaped."""
+        if proc.ended:
+            return True
+        while proc.pid not in self.reaped:
+            self.reap()
+            if proc.pid in self.reaped:
+                break
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                select.select([self.wake_r], [], [], min(left, 0.05))
+            except _Abort:
+                pass
+            _drain(self.wake_r)
+        proc.set_status(*self.reaped.pop(proc.pid))
+        return True
+
+    def pump(self, proc, cap, until, want_reply=False):  # noqa: C901 - one select loop
+        """Read proc's stdout, stderr (and replies, fd proc.rep_r) until `want_reply` is met or, without it,
+        until the process exited and closed its output. Raises _Abort on deadline or output over cap."""
+        while True:
+            if want_reply and b"\n" in proc.rep:
+                line, _, rest = bytes(proc.rep).partition(b"\n")
+                proc.rep = bytearray(rest)
+                return line
+            open_fds = [fd for fd in (proc.out_r, proc.err_r, proc.rep_r) if fd is not None]
+            if want_reply and proc.rep_r is None:
+                self.wait_exit(proc, time.monotonic() + 1.0)
+                raise _Abort(*proc.death_status())
+            if not want_reply and not open_fds:
+                if self.wait_exit(proc, until):
+                    return None
+            left = until - time.monotonic()
+            if left <= 0:
+                raise _Abort("timeout", "no result within %.3g s" % proc.limit_s)
+            ready, _, _ = select.select(open_fds + [self.wake_r], [], [], left)
+            for fd in ready:
+                if fd == self.wake_r:
+                    _drain(fd)
+                    self.reap()
+                    continue
+                chunk = os.read(fd, 65536)
+                if fd == proc.out_r:
+                    proc.out += chunk
+                elif fd == proc.err_r:
+                    proc.err_total += len(chunk)
+                    proc.err += chunk
+                    del proc.err[:-OUT_TAIL]
+                else:
+                    proc.rep += chunk
+                if not chunk:
+                    proc.close_fd(fd)
+            if len(proc.out) > cap or proc.err_total > cap or len(proc.rep) > cap:
+                raise _Abort("output_limit", "wrote more than %d bytes" % cap)
+
+    def end_process(self, proc):
+        """Kill proc's process group and collect its status."""
+        if not proc.ended:
+            _kill(-proc.pid)
+            _kill(proc.pid)
+        self.wait_exit(proc, time.monotonic() + 2.0)
+        proc.close_all()
+
+    # -- jobs -----------------------------------------------------------------------------------------
+    def run_batch(self):
+        for i, job in enumerate(self.batch["jobs"]):
+            self.prepare_workdir()
+            self.run_job(i, job)
+            clean = self.kill_all() and self.wipe()
+            self.emit({"job": i, "done": True, "clean": clean})
+            if not clean:
+                return  # the backend throws this sandbox away and reruns the rest elsewhere
+
+    def prepare_workdir(self):
+        os.makedirs(self.workdir, mode=0o700, exist_ok=True)
+
+    def wipe(self):
+        ok = True
+        for root in self.scratch:
+            try:
+                entries = list(os.scandir(root))
+            except OSError:
+                continue
+            for entry in entries:
+                ok &= _remove(entry.path)
+        return ok
+
+    def run_job(self, i, job):
+        path = os.path.join(self.workdir, "solution.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(job["program"])
+        n_tests = {"stdio": lambda: len(job["inputs"]), "call": lambda: len(job["cases"]),
+                   "assert": lambda: sum(1 for u in job["units"] if u["test"])}[job["kind"]]()
+        problem = self.compile_error(job)
+        if problem is not None:
+            for j in range(n_tests):
+                self.emit({"job": i, "test": j, "status": "compile_error", "detail": problem, "elapsed_s": 0.0,
+                           "exit_code": None, "signal": None, "stdout": "", "stderr": problem, "value": None})
+            return
+        if job["kind"] == "stdio":
+            for j, text in enumerate(job["inputs"]):
+                self.run_stdio(i, j, job, path, text)
+        else:
+            self.session = _RpcSession(self, i, job, path)
+            try:
+                self.session.run()
+            finally:
+                self.session = None
+
+    def compile_error(self, job):
+        """Compile the program in a forked child under the job's memory limit: the message of a syntax
+        error, or None. The child only compiles, never runs, the program."""
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.close(r)
+                _set_limits(job, 10, None)
+                compile(job["program"], "solution.py", "exec")
+            except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), MemoryError, ...
+                os.write(w, ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:OUT_TAIL])
+                code = 3
+            os._exit(code)
+        os.close(w)
+        message = b""
+        end = time.monotonic() + 15.0
+        while time.monotonic() < end:
+            ready, _, _ = select.select([r], [], [], end - time.monotonic())
+            chunk = os.read(r, 65536) if ready else b""
+            if not chunk:
+                break
+            message += chunk
+        os.close(r)
+        proc = _Proc(pid, None, None)
+        if not self.wait_exit(proc, time.monotonic() + 5.0):
+            _kill(pid)
+            self.wait_exit(proc, time.monotonic() + 5.0)
+            return "compiling the program took longer than 15 s"
+        if proc.exit_code == 0:
+            return None
+        return message.decode("utf-8", "replace") or "the compiler ended abnormally"
+
+    def run_stdio(self, i, j, job, path, text):
+        started = time.monotonic()
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)  # input reaches no path the program can list
+        os.write(stdin_fd, text.encode("utf-8"))
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        proc = self.spawn(self.program_argv(job, path, budget_s=job["time_s"]), job, stdin_fd)
+        os.close(stdin_fd)
+        proc.limit_s = job["time_s"]
+        try:
+            self.pump(proc, job["output_bytes"], started + job["time_s"])
+            status, detail = proc.exit_status()
+        except _Abort as abort:
+            status, detail = abort.status, abort.detail
+        self.end_process(proc)
+        self.kill_all()  # daemons the program left must not see the next test
+        self._report(i, j, status, detail, started, proc, stdout=bytes(proc.out[: job["output_bytes"]]))
+
+
+class _RpcSession:
+    """One job of kind `call` or `assert`. The program runs once in a runner process (restarted after a
+    timeout or a crash) and answers calls. For `assert` the test code runs here, in the driver, and reaches
+    the program's functions through _Proxy objects, so every comparison is made on plain decoded values
+    that the program's objects cannot influence."""
+
+    def __init__(self, driver, i, job, path):
+        self.d, self.i, self.job, self.path = driver, i, job, path
+        self.proc = self.last_proc = None  # the runner now, and the last one started (for its stderr)
+        self.abort = None  # the _Abort that ended the runner during the current test
+        self.until = 0.0  # deadline (monotonic s) of the current test
+        self.in_unit = False
+        import builtins
+
+        self.namespace = {"__name__": "tests", "__builtins__": builtins}
+
+    def start(self):
+        """Start the runner and wait for the program's top level to finish; raises _Abort if it fails."""
+        req_r, req_w = os.pipe2(os.O_CLOEXEC)
+        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        budget_s = self.job["time_s"] * (len(self.job.get("cases") or self.job.get("units")) + 1)
+        argv = self.d.program_argv(self.job, "-c", self.d.runner_source, self.path, budget_s=budget_s)
+        proc = self.d.spawn(argv, self.job, null, extra_fds=(req_r, rep_w), cpu_s=budget_s)
+        for fd in (null, req_r, rep_w):
+            os.close(fd)
+        proc.req_w, proc.rep_r, proc.limit_s = req_w, rep_r, budget_s
+        self.proc = self.last_proc = proc
+        try:
+            line = self.d.pump(proc, self.job["output_bytes"], time.monotonic() + self.job["time_s"], True)
+        except _Abort:
+            self.stop()
+            raise
+        for name in json.loads(line)["ready"]:
+            self.namespace.setdefault(name, _Proxy(self, name))
+
+    def stop(self):
+        if self.proc is not None:
+            self.d.end_process(self.proc)
+            self.d.kill_all()
+            self.proc = None
+
+    def call(self, fn, args, kwargs):
+        """Call `fn` in the program before self.until; returns its decoded value, or raises the program's
+        own error (marked _from_program) or _Abort."""
+        if self.abort is not None:
+            raise self.abort  # the runner is gone; tests that swallowed the first _Abort see it again
+        request = json.dumps({"fn": fn, "args": encode(list(args)), "kwargs": encode(dict(kwargs))})
+        try:
+            try:
+                _write_all(self.proc.req_w, (request + "\n").encode("utf-8"))
+            except BrokenPipeError:
+                pass  # it is gone; pump reports how it ended
+            answer = json.loads(self.d.pump(self.proc, self.job["output_bytes"], self.until, True))
+        except _Abort as abort:
+            self.abort = abort
+            raise
+        if "ok" in answer:
+            return decode(answer["ok"])
+        raise _program_error(answer.get("err", "Exception"), answer.get("msg", ""))
+
+    def run(self):
+        units = self.job["cases"] if self.job["kind"] == "call" else self.job["units"]
+        fatal = None  # (status, detail) for every remaining test: the top level or a setup statement failed
+        j = 0
+        for unit in units:
+            is_test = self.job["kind"] == "call" or unit["test"]
+            started = time.monotonic()
+            value = None
+            if fatal is None and self.proc is None:
+                try:
+                    self.start()
+                except _Abort as abort:
+                    fatal = (abort.status, abort.detail)
+            if fatal is not None:
+                status, detail = fatal
+            else:
+                started = time.monotonic()
+                self.until, self.abort = started + self.job["time_s"], None
+                self.proc.out.clear()  # output caps count per test; the runner's stdout is not a result
+                self.proc.err_total = 0
+                status, detail, value = self.run_one(unit)
+                if self.abort is not None:  # also when the test code caught it
+                    status, detail = self.abort.status, self.abort.detail
+                if self.abort is not None or self.proc.rep_r is None:
+                    self.stop()
+            if is_test:
+                self.d._report(self.i, j, status, detail, started, self.last_proc, value=value)
+                j += 1
+            elif status != "ok":
+                fatal = (status, "a setup statement failed: " + detail)
+        self.stop()
+
+    def run_one(self, unit):
+        """(status, detail, encoded value) of one call case or one top-level statement of assert code."""
+        try:
+            if self.job["kind"] == "call":
+                return "ok", "", encode(self.call(self.job["fn"], unit["args"], unit["kwargs"]))
+            code = compile(unit["code"], "tests.py", "exec")
+            self.in_unit = True
+            signal.setitimer(signal.ITIMER_REAL, max(self.until - time.monotonic(), 0.001))
+            try:
+                exec(code, self.namespace)
+            finally:
+                self.in_unit = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            return "ok", "", None
+        except _Abort as abort:
+            return abort.status, abort.detail, None
+        except AssertionError as e:
+            if getattr(e, "_from_program", False):
+                return "error", "AssertionError in the program: %s" % e, None
+            return "failed", ("AssertionError: %s" % e) if str(e) else "AssertionError", None
+        except BaseException as e:  # noqa: BLE001 - the program's error, or the test code's own
+            status = "memory" if isinstance(e, MemoryError) else "error"
+            origin = " in the program" if getattr(e, "_from_program", False) else ""
+            return status, "%s%s: %s" % (type(e).__name__, origin, e), None
+
+    def on_alarm(self):
+        if self.in_unit:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)  # keeps firing if the test code swallows it
+            raise _Abort("timeout", "no result within %.3g s" % self.job["time_s"])
+
+
+class _Proxy:
+    """Stands for one of the program's functions inside the assert code: a call crosses to the program's
+    process and only plain data comes back."""
+
+    def __init__(self, session, name):
+        self._session, self.__name__ = session, name
+
+    def __call__(self, *args, **kwargs):
+        return self._session.call(self.__name__, args, kwargs)
+
+    def __repr__(self):
+        return "<function %s of the program>" % self.__name__
+
+
+class _Proc:
+    """A spawned program: pid, pipes, what it wrote, and how it ended."""
+
+    def __init__(self, pid, out_r, err_r):
+        self.pid, self.out_r, self.err_r = pid, out_r, err_r
+        self.req_w = self.rep_r = None
+        self.out, self.err, self.rep = bytearray(), bytearray(), bytearray()
+        self.err_total = 0
+        self.exit_code = self.signal = None
+        self.ended = False  # reaped, status known
+        self.cpu_s = 0.0
+        self.limit_s = 0.0
+
+    def set_status(self, status, usage):
+        self.ended = True
+        if os.WIFEXITED(status):
+            self.exit_code = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            self.signal = os.WTERMSIG(status)
+        self.cpu_s = usage.ru_utime + usage.ru_stime
+
+    def close_fd(self, fd):
+        os.close(fd)
+        for name in ("out_r", "err_r", "rep_r", "req_w"):
+            if getattr(self, name) == fd:
+                setattr(self, name, None)
+
+    def close_all(self):
+        for fd in (self.out_r, self.err_r, self.rep_r, self.req_w):
+            if fd is not None:
+                self.close_fd(fd)
+
+    def memory_error(self):
+        return b"MemoryError" in self.err[-OUT_TAIL:]
+
+    def exit_status(self):
+        """(status, detail) of a process that ended on its own."""
+        if self.exit_code == 0:
+            return "ok", ""
+        if self.exit_code is not None:
+            if self.memory_error():
+                return "memory", "MemoryError (exit code %d)" % self.exit_code
+            if self.exit_code == 137:  # `timeout -s KILL` fired: over its budget
+                return "timeout", "killed by the inner time limit"
+            return "error", "exit code %d" % self.exit_code
+        if self.signal in (signal.SIGXCPU,) or (self.signal == signal.SIGKILL and self.cpu_s >= self.limit_s):
+            return "timeout", "CPU time limit (signal %d)" % self.signal
+        if self.signal == signal.SIGKILL:
+            return "memory", "killed by signal 9 (out of memory)"
+        return "error", "killed by signal %s" % self.signal
+
+    def death_status(self):
+        """(status, detail) of a runner that closed its answer channel while we waited for a reply."""
+        if self.exit_code is None and self.signal is None:
+            return "error", "the program closed its answer channel"
+        status, detail = self.exit_status()
+        if status == "ok":
+            return "early_exit", "the program ended with code 0 before its tests finished"
+        return status, detail
+
+
+def _program_error(name, message):
+    """Rebuild an exception the program raised: the builtin type of that name when there is one (so that
+    tests catching ValueError still work), else RuntimeError; marked as coming from the program."""
+    import builtins
+
+    cls = getattr(builtins, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        cls, message = RuntimeError, "%s: %s" % (name, message)
+    try:
+        error = cls(message)
+    except Exception:  # noqa: BLE001 - exotic constructors (UnicodeDecodeError, ...)
+        error = RuntimeError("%s: %s" % (name, message))
+    error._from_program = True
+    return error
+
+
+def _set_limits(job, cpu_s, nproc):
+    memory = int(job["memory_mb"]) << 20
+    cpu = int(math.ceil(cpu_s)) + 1
+    limits = [
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_FSIZE, int(job["file_mb"]) << 20),
+        (resource.RLIMIT_NOFILE, 1024),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if nproc:
+        limits.append((resource.RLIMIT_NPROC, int(nproc)))
+    for which, value in limits:
+        soft, hard = value if isinstance(value, tuple) else (value, value)
+        resource.setrlimit(which, (soft, hard))
+
+
+def _children(pid):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rpartition(b")")[2].split()[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _drain(fd):
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _remove(path):
+    """Remove a file or a tree the program may have made unwritable; True on success."""
+    def fix(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+        except OSError:
+            pass
+        func(p)
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, onerror=fix)
+        else:
+            os.unlink(path)
+        return True
+    except OSError:
+        return False
+
+
+def _main():
+    if _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        _Driver.emit({"fatal": "prctl failed (errno %d)" % ctypes.get_errno()})
+        return 2
+    size = int(sys.stdin.buffer.readline())
+    batch = json.loads(sys.stdin.buffer.read(size))
+    driver = _Driver(batch)
+    driver.emit({"hello": os.getpid()})
+    driver.run_batch()
+    return 0
+
+
+sys.exit(_main())

@@ -1,0 +1,144 @@
+"""A program with its tests (`Job`): checked on creation, and cut down to what may enter the sandbox.
+
+Test formats (`test_type`, with the aliases datasets use):
+  stdio  (stdin, stdin_stdout): tests = [{"input": str, "output": str}, ...]
+  call   (functional, fn): tests = {"fn_name": str, "cases": [{"args": [...], "expected": ..., "kwargs": {...}?}]}
+         The function is a top-level function of that name, or a method of a class `Solution`.
+  assert (asserts): tests = Python source run after the program (HumanEval style). Each top-level
+         statement that is an assert, a call (e.g. `check(candidate)`) or contains an assert is one test;
+         other statements (imports, defs, assignments) are setup.
+A `tests` value given as a JSON string (as some datasets store it) is parsed for stdio and call.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from sandbox.checkers import Checker, parse_checker
+from sandbox.limits import Limits
+
+TEST_TYPES = {
+    "stdio": "stdio", "stdin": "stdio", "stdin_stdout": "stdio",
+    "call": "call", "functional": "call", "fn": "call",
+    "assert": "assert", "asserts": "assert",
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program and its tests. Raises ValueError on creation when a field has the wrong shape, naming
+    the field and the expected shape."""
+
+    program: str
+    tests: Any
+    test_type: str = "stdio"
+    checker: str = "lines"
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.program, str):
+            raise ValueError(f"program must be Python source text (str), got {type(self.program).__name__}")
+        if self.test_type not in TEST_TYPES:
+            raise ValueError(f"unknown test_type {self.test_type!r}; valid: {', '.join(TEST_TYPES)}")
+        kind = TEST_TYPES[self.test_type]
+        tests = self.tests
+        if isinstance(tests, str) and kind != "assert":
+            try:
+                tests = json.loads(tests)
+            except ValueError as e:
+                raise ValueError(f"tests for test_type {kind!r} is a string that is not JSON: {e}") from None
+        _CHECK[kind](tests)
+        object.__setattr__(self, "test_type", kind)
+        object.__setattr__(self, "tests", tests)
+        object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
+        parse_checker(self.checker)
+
+    @property
+    def parsed_checker(self) -> Checker:
+        return parse_checker(self.checker)
+
+    @property
+    def n_tests(self) -> int:
+        if self.test_type == "stdio":
+            return len(self.tests)
+        if self.test_type == "call":
+            return len(self.tests["cases"])
+        return sum(is_test for _, is_test in split_assert_code(self.tests))
+
+    def sandbox_view(self) -> dict[str, Any]:
+        """What the sandbox's driver receives for this job: inputs, call arguments or assert code, and
+        limits. Expected outputs and expected return values are left out."""
+        lim = self.limits
+        view: dict[str, Any] = {
+            "program": self.program, "kind": self.test_type, "time_s": float(lim.time_s),
+            "memory_mb": int(lim.memory_mb), "output_bytes": int(lim.output_kb * 1024),
+            "file_mb": int(lim.scratch_mb),
+        }
+        if self.test_type == "stdio":
+            view["inputs"] = [t.get("input", "") for t in self.tests]
+        elif self.test_type == "call":
+            view["fn"] = self.tests["fn_name"]
+            view["cases"] = [{"args": c["args"], "kwargs": c.get("kwargs", {})} for c in self.tests["cases"]]
+        else:
+            view["units"] = [{"code": code, "test": is_test} for code, is_test in split_assert_code(self.tests)]
+        return view
+
+
+def split_assert_code(code: str) -> list[tuple[str, bool]]:
+    """Cut assert-style test code into top-level statements: (source, is_test) pairs, in order.
+
+    Raises ValueError when the code does not parse or holds no test statement."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as e:
+        raise ValueError(f"assert tests do not parse: {e}") from None
+    units = [(ast.unparse(stmt), _is_test(stmt)) for stmt in tree.body]
+    if not any(is_test for _, is_test in units):
+        raise ValueError("assert tests hold no test: expected top-level asserts or a call such as check(f)")
+    return units
+
+
+def _is_test(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Assert) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return True
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return False
+    return any(isinstance(node, ast.Assert) for node in ast.walk(stmt))
+
+
+def _check_stdio(tests: Any) -> None:
+    if not isinstance(tests, list) or not tests:
+        raise ValueError(f'stdio tests must be a non-empty list of {{"input": str, "output": str}}, got {_kind(tests)}')
+    for i, t in enumerate(tests):
+        if not isinstance(t, Mapping) or not isinstance(t.get("output"), str) or not isinstance(t.get("input", ""), str):
+            raise ValueError(f'stdio test {i} must be {{"input": str, "output": str}}, got {_kind(t)}')
+
+
+def _check_call(tests: Any) -> None:
+    shape = '{"fn_name": str, "cases": [{"args": [...], "expected": ...}]}'
+    if not isinstance(tests, Mapping) or not isinstance(tests.get("fn_name"), str) or not tests["fn_name"].isidentifier():
+        raise ValueError(f"call tests must be {shape} with fn_name a Python name, got {_kind(tests)}")
+    cases = tests.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise ValueError(f"call tests need a non-empty list of cases: {shape}")
+    for i, c in enumerate(cases):
+        if not isinstance(c, Mapping) or not isinstance(c.get("args"), list) or "expected" not in c:
+            raise ValueError(f'call case {i} must be {{"args": [...], "expected": ...}}, got {_kind(c)}')
+        if not isinstance(c.get("kwargs", {}), Mapping):
+            raise ValueError(f"call case {i}: kwargs must be a dict, got {_kind(c['kwargs'])}")
+
+
+def _check_assert(tests: Any) -> None:
+    if not isinstance(tests, str):
+        raise ValueError(f"assert tests must be Python source (str), got {_kind(tests)}")
+    split_assert_code(tests)
+
+
+def _kind(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:80]}{'...' if len(text) > 80 else ''}"
+
+
+_CHECK = {"stdio": _check_stdio, "call": _check_call, "assert": _check_assert}

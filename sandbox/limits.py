@@ -1,0 +1,58 @@
+"""Resource limits for one program run: `Limits`, with units in every field name."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits applied to every test of a program.
+
+    time_s: wall-clock seconds per test (per stdio run, per call case, per top-level assert statement).
+    memory_mb: address-space limit of the program's process, in MiB (MemoryError or OOM kill -> MLE).
+    output_kb: stdout (and, separately, stderr) cap per test, in KiB; more is OLE.
+    pids: processes and threads the sandbox may hold at once (Docker pids limit; RLIMIT_NPROC in bwrap).
+    scratch_mb: size of the writable scratch tmpfs (the only writable place), in MiB; also the largest file.
+    cpus: CPU share of one sandbox (Docker CPU quota), in cores.
+    """
+
+    time_s: float = 2.0
+    memory_mb: int = 256
+    output_kb: int = 1024
+    pids: int = 64
+    scratch_mb: int = 64
+    cpus: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
+        if self.time_s > 600:
+            raise ValueError(f"Limits.time_s must be at most 600 s, got {self.time_s!r}")
+        if self.memory_mb < 32:
+            raise ValueError(f"Limits.memory_mb must be at least 32 (Python needs ~20 MiB), got {self.memory_mb!r}")
+        if self.pids < 8:
+            raise ValueError(f"Limits.pids must be at least 8 (the sandbox's own processes count), got {self.pids!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | Limits | None) -> Limits:
+        """Build Limits from a dataset row's `limits` dict (or pass Limits through; None gives defaults).
+
+        Raises ValueError naming an unknown key and the valid ones, or a bad value."""
+        if data is None:
+            return cls()
+        if isinstance(data, Limits):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"limits must be a mapping like {{'time_s': 2, 'memory_mb': 256}}, got {data!r}")
+        valid = [f.name for f in fields(cls)]
+        for key in data:
+            if key not in valid:
+                raise ValueError(f"unknown limit {key!r}; valid limits: {', '.join(valid)}")
+        return cls(**data)
+
+    def as_dict(self) -> dict[str, float]:
+        """The limits as a plain dict (for logs and JSON)."""
+        return asdict(self)

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Sets up the code sandbox (called by `make sandbox`, so by `make test` and CI). Idempotent and fast when done:
+#   1. apt-get installs docker.io and bubblewrap, only when `dockerd` / `bwrap` are missing;
+#   2. starts `dockerd` in the background when `docker info` fails, and waits for it (60 s at most);
+#   3. builds the sandbox image only when `docker image inspect` fails: from the cached root-fs tarball under
+#      /var/cache/rlvr-sandbox/ when present, else debootstrap (minbase + python3) into that tarball first.
+# No registry is used. Needs root; as another user it only reports what is missing and exits 0.
+# Environment: RLVR_SANDBOX_CACHE (tarball folder), RLVR_SANDBOX_MIRROR (Debian mirror for debootstrap).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=sandbox/image.env
+source "$here/image.env"
+cache_dir="${RLVR_SANDBOX_CACHE:-/var/cache/rlvr-sandbox}"
+tarball="$cache_dir/$(echo "$RLVR_SANDBOX_IMAGE" | tr ':/' '__').rootfs.tar"
+dockerd_log=/var/log/rlvr-dockerd.log
+SECONDS=0
+log() { echo "[sandbox/setup ${SECONDS}s] $*"; }
+
+if [ "$(id -u)" != 0 ]; then
+  log "not root: skipping setup (Docker tests will skip, bubblewrap is used if installed)."
+  command -v bwrap >/dev/null || log "bubblewrap is missing: apt-get install bubblewrap"
+  exit 0
+fi
+
+apt_updated=0
+apt_install() {  # apt_install PKG...: install Debian packages, running `apt-get update` once.
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$apt_updated" = 0 ]; then
+    log "apt-get update"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  log "apt-get install $*"
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# 1. Packages.
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; else log "docker.io and bubblewrap present"; fi
+
+# 2. Engine.
+if docker info >/dev/null 2>&1; then
+  log "Docker engine answers"
+else
+  log "starting dockerd (log: $dockerd_log)"
+  # setsid + nohup: the daemon must outlive this script and the make that called it.
+  setsid nohup dockerd >"$dockerd_log" 2>&1 </dev/null &
+  for _ in $(seq 1 120); do
+    docker info >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  if ! docker info >/dev/null 2>&1; then
+    log "dockerd did not answer within 60 s; last lines of $dockerd_log:"
+    tail -n 20 "$dockerd_log" || true
+    exit 1
+  fi
+  log "dockerd is up"
+fi
+
+# 3. Image.
+if docker image inspect "$RLVR_SANDBOX_IMAGE" >/dev/null 2>&1; then
+  log "image $RLVR_SANDBOX_IMAGE present"
+  exit 0
+fi
+if [ ! -s "$tarball" ]; then
+  command -v debootstrap >/dev/null || apt_install debootstrap
+  mirror="${RLVR_SANDBOX_MIRROR:-}"
+  if [ -z "$mirror" ]; then
+    # The machine's own Debian mirror (deb822 or one-line format), else the public one.
+    mirror=$(grep -hoE '^URIs:[[:space:]]*\S+/debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1 | awk '{print $2}' || true)
+    [ -n "$mirror" ] || mirror=$(grep -hoE '^deb[[:space:]]+\S+/debian/?[[:space:]]' /etc/apt/sources.list 2>/dev/null | head -n 1 | awk '{print $2}' || true)
+    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+  fi
+  rootfs=$(mktemp -d /tmp/rlvr-sandbox-rootfs.XXXXXX)
+  trap 'rm -rf "$rootfs"' EXIT
+  log "debootstrap $RLVR_SANDBOX_SUITE (minbase + $RLVR_SANDBOX_PACKAGES) from $mirror"
+  debootstrap --variant=minbase --include="$RLVR_SANDBOX_PACKAGES" "$RLVR_SANDBOX_SUITE" "$rootfs" "$mirror" >/dev/null
+  # Nothing a program needs: package caches, docs, man pages.
+  rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
+         "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/var/log/*
+  mkdir -p "$cache_dir"
+  tar -C "$rootfs" --numeric-owner -cf "$tarball.part" .
+  mv "$tarball.part" "$tarball"
+  log "cached root fs: $tarball ($(du -h "$tarball" | cut -f1))"
+fi
+log "docker import $tarball -> $RLVR_SANDBOX_IMAGE"
+docker import "$tarball" "$RLVR_SANDBOX_IMAGE" >/dev/null
+log "image $RLVR_SANDBOX_IMAGE ready"
