@@ -74,9 +74,9 @@ def _text_of(answer: Answer) -> str | None:
 
 
 def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
-    if isinstance(gold, Seq) and isinstance(pred, Region) and gold.open_pair:
+    if isinstance(gold, Seq) and isinstance(pred, Region) and (gold.open_pair or _relations_only(gold)):
         return _regions_equal(gold, pred, cfg)
-    if isinstance(pred, Seq) and isinstance(gold, Region) and pred.open_pair:
+    if isinstance(pred, Seq) and isinstance(gold, Region) and (pred.open_pair or _relations_only(pred)):
         return _regions_equal(gold, pred, cfg)
     if isinstance(gold, Seq) and isinstance(pred, Scalar) and isinstance(pred.value, sympy.MatrixBase):
         return _vector_equal(gold, pred, cfg)
@@ -99,6 +99,13 @@ def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
         return False
     return all(any(answers_equal(g, p, cfg) for p in p_items) for g in g_items) and all(
         any(answers_equal(g, p, cfg) for g in g_items) for p in p_items
+    )
+
+
+def _relations_only(seq: Seq) -> bool:
+    """A list of conditions such as ``x < 2 or x > 3`` (no assignments like ``x = 1``)."""
+    return seq.kind == "list" and all(
+        isinstance(i, Relation) and not (i.ops[0] == "=" and is_label(i.parts[0])) for i in seq.items
     )
 
 
@@ -132,6 +139,9 @@ def _to_set(answer: Answer) -> sympy.Set | None:
             return sympy.Interval.open(a.value, b.value)
     if isinstance(answer, Relation):
         return _relation_to_set(answer)
+    if isinstance(answer, Seq) and answer.kind == "list" and all(isinstance(i, Relation) for i in answer.items):
+        sets = [_relation_to_set(i) for i in answer.items if isinstance(i, Relation)]  # "x < 2 or x > 3"
+        return None if any(s is None for s in sets) else sympy.Union(*sets)
     if isinstance(answer, Seq) and answer.kind in ("set", "list") and all(isinstance(i, Scalar) for i in answer.items):
         return sympy.FiniteSet(*[i.value for i in answer.items if isinstance(i, Scalar)])
     return None
@@ -362,6 +372,9 @@ def _decimal_close(
     assert digits is not None
     if digits < cfg.min_sig_digits:
         return False
+    exact = p if g_dec is not None else g
+    if exact.is_Rational and _terminating_digits(exact) is not None and _terminating_digits(exact) <= digits:
+        return False  # 3.0000001 is not 3: an exact value this short could have been written exactly
     try:
         a = a if a is not None else complex(g.evalf(30))
         b = b if b is not None else complex(p.evalf(30))
@@ -369,6 +382,22 @@ def _decimal_close(
         return False
     approx = a if g_dec is not None else b
     return abs(a - b) <= abs(approx) * 10.0 ** (1 - digits)
+
+
+def _terminating_digits(value: sympy.Rational) -> int | None:
+    """Significant digits of ``value`` written as a terminating decimal, None if it repeats."""
+    q = int(value.q)
+    twos = fives = 0
+    while q % 2 == 0:
+        q //= 2
+        twos += 1
+    while q % 5 == 0:
+        q //= 5
+        fives += 1
+    if q != 1:
+        return None
+    scaled = abs(int(value.p)) * 10 ** max(twos, fives) // int(value.q)
+    return len(str(scaled).strip("0")) or 1
 
 
 def _symbolic_equal(g: sympy.Expr, p: sympy.Expr, cfg: CompareConfig) -> bool:

@@ -49,8 +49,9 @@ _ANCHORS = re.compile(
     r"(?:the\s+)?(?:correct\s+)?answer\s+(?:is|should\s+be|would\s+be|will\s+be)\s*:?|"
     r"\banswer\s*(?:[:：]|\*\*\s*:|:\s*\*\*)|"
     r"\banswer\s+(?=\$|\\\(|\\\[)|"
-    r"(?:correct\s+)?(?:choice|option)\s+is\s*:?",
-    re.IGNORECASE,
+    r"(?:correct\s+)?(?:choice|option)\s+is\s*:?|"
+    r"^\s*####",
+    re.IGNORECASE | re.MULTILINE,
 )
 
 _MATH_ENV = re.compile(

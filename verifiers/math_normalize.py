@@ -85,9 +85,18 @@ def normalize(answer: str) -> str:
 
 def _unicode(s: str) -> str:
     s = _SQRT_UNICODE.sub(lambda m: "\\sqrt{" + m.group(1).strip("(){}") + "}", s)
+    s = "".join(_vulgar_fraction(ch) for ch in s)
     for old, new in _UNICODE.items():
         s = s.replace(old, new)
-    return unicodedata.normalize("NFKC", s)
+    return unicodedata.normalize("NFKC", s).replace("\u2044", "/")
+
+
+def _vulgar_fraction(ch: str) -> str:
+    """``½`` -> ``\\frac{1}{2}`` (so ``3½`` reads as the mixed number 3 1/2, not 31/2)."""
+    if ch.isascii() or unicodedata.category(ch) != "No":
+        return ch
+    num, sep, den = unicodedata.normalize("NFKC", ch).partition("\u2044")
+    return f"\\frac{{{num}}}{{{den}}}" if sep and num.isdigit() and den.isdigit() else ch
 
 
 def _text_wrappers(s: str) -> str:
@@ -125,6 +134,7 @@ def _repeating_to_fraction(m: re.Match[str]) -> str:
 
 def _plain_text_math(s: str) -> str:
     s = s.replace("**", "^")
+    s = _paren_exponents(s)
     s = s.replace(">=", "\\geq ").replace("<=", "\\leq ").replace("!=", "\\neq ").replace("=<", "\\leq ").replace("=>", "\\geq ")
     s = _PLAIN_SQRT.sub(lambda m: "\\sqrt", s)
     s = _paren_sqrt(s)
@@ -133,6 +143,28 @@ def _plain_text_math(s: str) -> str:
     s = _PLAIN_INF.sub(r"\\infty ", s)
     s = _SCIENTIFIC.sub(r"\1\\times10^{\2}", s)
     return s
+
+
+def _paren_exponents(s: str) -> str:
+    """``e^(2x)`` -> ``e^{2x}`` (plain-text exponents in parentheses)."""
+    out = []
+    i = 0
+    while True:
+        j = s.find("^(", i)
+        if j < 0:
+            out.append(s[i:])
+            return "".join(out)
+        depth, k = 0, j + 1
+        while k < len(s):
+            depth += {"(": 1, ")": -1}.get(s[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        if k >= len(s):
+            out.append(s[i:])
+            return "".join(out)
+        out.append(s[i:j] + "^{" + s[j + 2 : k] + "}")
+        i = k + 1
 
 
 def _paren_sqrt(s: str) -> str:
