@@ -1,0 +1,87 @@
+"""The `code` verifier: run the program in a completion against the sample's tests, in the sandbox.
+
+Example (needs Docker or bubblewrap)::
+
+    >>> code_reward("```python\\nprint(sum(map(int, input().split())))\\n```",
+    ...             {"test_type": "stdio", "tests": [{"input": "1 2\\n", "output": "3\\n"}]})  # doctest: +SKIP
+    {'score': 1.0, 'passed': True, 'verdicts': ['AC'], 'reason': 'all 1 tests passed'}
+
+Fields read from the sample (a dataset row): `tests` and `test_type` (stdio, call or assert; formats in
+`sandbox.jobs`), optional `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
+HumanEval-style rows `entry_point` plus `stub` (the signature and docstring the model was asked to
+complete): a completion that defines the entry point runs after the stub (so the stub's imports and
+helpers exist, the completion's function wins), any other completion continues the stub.
+
+Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of tests passed (mode="fraction")
+or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
+ValueError for a malformed row.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import sandbox
+from verifiers.registry import verifier
+
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
+_PYTHON = {"python", "py", "python3"}
+
+
+def extract_program(completion: str) -> str:
+    """The program in a completion: the last ```python fenced block, else the last fenced block with no
+    language, else the whole text. An unclosed last fence (a cut-off completion) runs to the end."""
+    blocks = [(m.group("lang").lower(), m.group("body")) for m in _FENCE.finditer(completion)]
+    for wanted in (_PYTHON, {""}):
+        chosen = [body for lang, body in blocks if lang in wanted]
+        if chosen:
+            return chosen[-1]
+    return completion
+
+
+def build_program(code: str, sample: dict[str, Any]) -> str:
+    """The program to run: `code`, placed after the sample's `stub` when it has one (see module doc)."""
+    stub, entry = sample.get("stub"), sample.get("entry_point")
+    if not isinstance(stub, str) or not stub:
+        return code
+    if isinstance(entry, str) and re.search(rf"^[ \t]*(async[ \t]+)?def[ \t]+{re.escape(entry)}[ \t]*\(", code, re.M):
+        return f"{stub.rstrip()}\n    pass\n\n\n{code}"
+    return stub + code
+
+
+@verifier("code")
+def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fraction", "all"] = "fraction",
+                backend: str = "auto") -> dict[str, Any] | None:
+    """Score a completion's program against `sample["tests"]` (see the module docstring).
+
+    Args:
+        mode: "fraction" (share of tests passed) or "all" (1.0 only when every test passes, else 0.0).
+        backend: sandbox backend: auto, docker, bwrap (or none: no isolation, trusted code only).
+    Raises:
+        ValueError: unknown mode, missing `tests`, or malformed tests/checker/limits (the message names them).
+    """
+    if mode not in ("fraction", "all"):
+        raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
+    if "tests" not in sample:
+        raise ValueError(f"code verifier needs sample['tests']; the sample has {sorted(sample)}")
+    job = sandbox.Job(
+        program=build_program(extract_program(completion), sample),
+        tests=sample["tests"],
+        test_type=sample.get("test_type", "stdio"),
+        checker=sample.get("checker") or "lines",
+        limits=sandbox.Limits.from_mapping(sample.get("limits")),
+    )
+    try:
+        result = sandbox.run_many([job], backend=backend)[0]
+    except sandbox.SandboxUnavailable:
+        return None
+    return score_result(result, mode)
+
+
+def score_result(result: sandbox.JudgeResult, mode: Literal["fraction", "all"] = "fraction") -> dict[str, Any]:
+    """{"score", "passed", "verdicts", "reason"} for a judged program (see `code_reward` for `mode`)."""
+    first = result.first_failure()
+    score = result.fraction if mode == "fraction" else float(result.passed)
+    reason = f"all {len(result.verdicts)} tests passed" if first is None else (
+        f"test {first.index}: {first.verdict.value} ({first.reason})")
+    return {"score": score, "passed": result.passed, "verdicts": result.codes, "reason": reason}
