@@ -37,13 +37,13 @@ def check_r1_format(
     *,
     think_tag: str = "think",
     answer_tag: str = "answer",
-    think_prefilled: bool = False,
+    prefilled_think: bool = False,
 ) -> FormatVerdict:
     """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then only
     whitespace.
 
     Leading whitespace is allowed before the think block and only whitespace between the two blocks. Tags
-    are case-sensitive. When the chat template already put ``<think>`` in the prompt (``think_prefilled``),
+    are case-sensitive. When the chat template already put ``<think>`` in the prompt (``prefilled_think``),
     the completion starts inside the think block, so the opening tag is added back before checking (a
     completion that repeats it is accepted too).
 
@@ -57,7 +57,7 @@ def check_r1_format(
         raise ValueError(f"think_tag and answer_tag must differ, both are {think_tag!r}")
     t_open, t_close, a_open, a_close = f"<{think_tag}>", f"</{think_tag}>", f"<{answer_tag}>", f"</{answer_tag}>"
     text = completion
-    if think_prefilled and not text.lstrip().startswith(t_open):
+    if prefilled_think and not text.lstrip().startswith(t_open):
         text = t_open + text
     for tag in (t_open, t_close, a_open, a_close):
         count = text.count(tag)
@@ -94,16 +94,16 @@ def r1_format(
     *,
     think_tag: str = "think",
     answer_tag: str = "answer",
-    think_prefilled: bool | None = None,
+    prefilled_think: bool | None = None,
 ) -> dict:
     """R1 format reward: 1.0 for a valid ``<think>..</think><answer>..</answer>`` layout, else 0.0.
 
-    Reads ``sample["prompt"]`` (optional) when ``think_prefilled`` is ``None``: a prompt ending in
+    Reads ``sample["prompt"]`` (optional) when ``prefilled_think`` is ``None``: a prompt ending in
     ``<think>`` means the template prefilled the opening tag. Returns ``{"score", "reason"}``.
     """
-    if think_prefilled is None:
-        think_prefilled = prompt_prefills_think(str(sample.get("prompt", "")), think_tag)
-    verdict = check_r1_format(completion, think_tag=think_tag, answer_tag=answer_tag, think_prefilled=think_prefilled)
+    if prefilled_think is None:
+        prefilled_think = prompt_prefills_think(str(sample.get("prompt", "")), think_tag)
+    verdict = check_r1_format(completion, think_tag=think_tag, answer_tag=answer_tag, prefilled_think=prefilled_think)
     return {"score": 1.0 if verdict.ok else 0.0, "reason": verdict.reason}
 
 

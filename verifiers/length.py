@@ -53,20 +53,26 @@ def overlong(
     *,
     max_length_tokens: int | None = None,
     buffer_tokens: int | None = None,
+    penalty: float = 1.0,
 ) -> float:
-    """DAPO soft overlong punishment of this sample, in [-1, 0] (see :func:`overlong_penalty`).
+    """DAPO soft overlong punishment of this sample, ``penalty`` times a value in [-1, 0] (see
+    :func:`overlong_penalty`).
 
     Args:
         max_length_tokens: ``L_max``; default ``sample["max_new_tokens"]``.
         buffer_tokens: ``L_cache``, the soft zone before ``L_max``; default a fifth of ``L_max`` (DAPO used
-            L_max = 20480 with L_cache = 4096).
+            L_max = 20480 with L_cache = 4096). Capped at ``L_max`` (a short generation budget must not make a
+            recipe's buffer invalid).
+        penalty: the punishment at and past ``L_max`` (>= 0).
 
-    Raises ``KeyError``/``ValueError`` when the token counts are missing or not ints.
+    Raises ``KeyError``/``ValueError`` when the token counts are missing or not ints, or ``penalty < 0``.
     """
+    if penalty < 0:
+        raise ValueError(f"penalty must be >= 0, got {penalty}")
     length = _tokens(sample, "completion_tokens")
     limit = max_length_tokens if max_length_tokens is not None else _tokens(sample, "max_new_tokens")
-    buffer = buffer_tokens if buffer_tokens is not None else max(1, limit // 5)
-    return overlong_penalty(length, limit, buffer)
+    buffer = min(buffer_tokens, limit) if buffer_tokens is not None else max(1, limit // 5)
+    return penalty * overlong_penalty(length, limit, buffer)
 
 
 @verifier("length_penalty")
