@@ -1,0 +1,122 @@
+"""Output checkers and the plain-data codec: pure host-side logic, no sandbox needed."""
+import math
+
+import pytest
+
+from sandbox.checkers import Checker, parse_checker
+from sandbox.harness.codec import EncodeError, decode, encode
+
+
+@pytest.mark.parametrize("got, expected, ok", [
+    ("1 2 3   ", "1 2 3\n", True),  # trailing spaces, no final newline
+    ("7\n", "7\r\n", True),  # CRLF expected
+    ("1\n2\n3\n\n\n", "1\n2\n3\n", True),  # trailing empty lines
+    ("1\n2\n", "1\n2\n3\n", False),  # a missing line (zip() would pass it)
+    ("1\n2\n3\ndebug\n", "1\n2\n3\n", False),  # an extra line
+    ("1\n2\n3\ndebug", "1\n2\n3", False),  # an extra line, no final newlines anywhere
+    (" 1\n", "1\n", False),  # leading whitespace matters
+    ("", "0\n", False),
+    ("YES\n", "yes\n", False),
+])
+def test_lines_checker(got, expected, ok):
+    assert parse_checker("lines").same_output(got, expected)[0] is ok
+
+
+def test_lines_ci_ignores_case_only():
+    c = parse_checker("lines_ci")
+    assert c.same_output("YES\nNo \n", "yes\nno\n")[0] is True
+    assert c.same_output("YES\n", "yes\nno\n")[0] is False
+
+
+def test_exact_checker_is_byte_for_byte():
+    c = parse_checker("exact")
+    assert c.same_output("3\n", "3\n")[0] is True
+    assert c.same_output("3", "3\n")[0] is False
+    assert c.same_output("3 \n", "3\n")[0] is False
+
+
+@pytest.mark.parametrize("got, expected, ok", [
+    ("0.333333333", "0.333333333333", True),  # within 1e-6 absolute
+    ("3.3333333333e-01", "0.333333333333", True),  # scientific notation
+    ("0.33333", "0.333333333333", False),  # 3.3e-6 off: outside both 1e-6 absolute and relative
+    ("1000000.5", "1000000.0", True),  # 5e-7 relative
+    ("1000002", "1000000", False),  # 2e-6 relative
+    ("1.0 2.0", "1.0", False),  # token count differs
+    ("YES 0.5", "YES 0.5000001", True),  # non-numeric tokens must be equal
+    ("NO 0.5", "YES 0.5", False),
+    ("nan", "0.5", False),
+    ("inf", "inf", True),
+])
+def test_float_checker(got, expected, ok):
+    assert parse_checker("float:1e-6").same_output(got, expected)[0] is ok
+
+
+def test_float_checker_aliases():
+    assert parse_checker("float_1e-6") == Checker("float", 1e-6)
+    assert parse_checker("float") == Checker("float", 1e-6)
+    assert parse_checker("float:0.01").tol == 0.01
+
+
+def test_json_checker_compares_values():
+    c = parse_checker("json")
+    assert c.same_output('{"a": [1, 2]}', '{ "a" : [1,2] }')[0] is True
+    assert c.same_output('{"a": [2, 1]}', '{"a": [1, 2]}')[0] is False
+    assert c.same_output("not json", "1")[0] is False
+
+
+@pytest.mark.parametrize("got, expected, ok", [
+    ((1, 4, 9), [1, 4, 9], True),  # tuples are lists in JSON
+    ({3, 1, 2}, [1, 2, 3], True),  # sets become sorted lists
+    ({1: "a"}, {"1": "a"}, True),  # JSON object keys are strings
+    (True, 1, False),  # a bool is not a number
+    (1, True, False),
+    (2.0, 2, True),
+    ([1, [2, 3]], [1, [2, 4]], False),
+    (None, [], False),
+    ("1", 1, False),
+])
+def test_value_comparison_for_call_tests(got, expected, ok):
+    assert parse_checker("json").same_value(got, expected)[0] is ok
+
+
+def test_value_comparison_with_float_tolerance():
+    assert parse_checker("float:1e-6").same_value([0.3333333], [1 / 3])[0] is True
+    assert parse_checker("json").same_value([0.3333333], [1 / 3])[0] is False
+
+
+@pytest.mark.parametrize("name", ["line", "float:abc", "float:-1", "", 3])
+def test_bad_checker_names_are_refused_with_the_valid_ones(name):
+    with pytest.raises(ValueError, match="checker"):
+        parse_checker(name)
+
+
+def test_codec_round_trip_keeps_types():
+    value = (1, [2.5, "x", None, True], {3: b"\x00\xff", (1, 2): frozenset({1})}, {4, 5}, complex(1, -2), 10**40)
+    assert decode(encode(value)) == value
+    assert type(decode(encode((1,)))) is tuple
+    assert math.isnan(decode(encode(float("nan"))))
+
+
+def test_codec_reduces_subclasses_to_their_real_value():
+    class AlwaysEqual(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    class Liar(list):
+        def __iter__(self):
+            return iter([1, 2, 3])
+
+    assert encode(AlwaysEqual(0)) == 0
+    assert type(decode(encode(AlwaysEqual(0)))) is int
+    assert decode(encode(Liar([9]))) == [9]
+
+
+def test_codec_refuses_non_data():
+    with pytest.raises(EncodeError, match="function"):
+        encode(lambda: 1)
+    cyclic = []
+    cyclic.append(cyclic)
+    with pytest.raises(EncodeError, match="deeper"):
+        encode(cyclic)
