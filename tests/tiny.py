@@ -48,7 +48,7 @@ def write_addition_dataset(path: Path, n: int = 64) -> Path:
     """JSONL rows ``{"question": "a+b=?", "answer": "c"}`` with one-digit operands."""
     with path.open("w") as fh:
         for i in range(n):
-            a, b = i % 10, (i * 7 + 3) % 10
+            a, b = i % 10, (i // 10) % 10  # distinct pairs for n <= 100
             fh.write(json.dumps({"question": f"{a}+{b}=?", "answer": str(a + b)}) + "\n")
     return path
 
