@@ -144,6 +144,8 @@ class VerifierPool:
 
         def finish(index: int, outcome: Outcome) -> None:
             nonlocal done
+            if results[index] is not None:  # defensive: a call is judged once, by its first outcome
+                return
             results[index] = outcome
             done += 1
             if on_result is not None:
@@ -185,7 +187,7 @@ class VerifierPool:
                     seconds = now - worker.started
                     finish(index, Outcome(Status.TIMEOUT, error=f"timeout after {seconds:.2f} s", seconds=seconds))
                     self._replace(worker, pending)
-        return [r for r in results if r is not None]
+        return [r if r is not None else Outcome(Status.ERROR, error="lost by the pool") for r in results]
 
     def _take_chunk(self, pending: deque[int]) -> list[int]:
         # Smaller chunks near the end keep both workers busy until the batch is done.
