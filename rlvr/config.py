@@ -239,6 +239,134 @@ class EvalConfig(_Section):
     seed: int = 1234
 
 
+# ------------------------------------------------------------------------------------------------------ curriculum
+class SolveRateConfig(_Section):
+    ema: float = Field(0.5, gt=0, le=1)
+    """Weight of a prompt's newest group in its solve-rate estimate: ``est = ema * group_rate + (1 - ema) * est``
+    (1 = the newest group alone). The first group sets the estimate."""
+    prior_field: str | None = None
+    """Row field holding a solve rate in [0, 1] measured offline (``rlvr filter`` writes ``solve_rate``): the starting
+    estimate of each prompt, counted as one group. ``None``: every prompt starts without statistics."""
+
+
+class PoolWeights(_Section):
+    easy: float = Field(0.1, ge=0, allow_inf_nan=False)
+    normal: float = Field(0.8, ge=0, allow_inf_nan=False)
+    hard: float = Field(0.1, ge=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _validate_positive(self) -> "PoolWeights":
+        if self.easy + self.normal + self.hard <= 0:
+            raise ValueError("curriculum.pools.weights: at least one of easy/normal/hard must be > 0")
+        return self
+
+
+class PoolsConfig(_Section):
+    """Difficulty pools by solve-rate estimate: ``hard`` <= hard_max < ``normal`` < easy_min <= ``easy``."""
+
+    hard_max: float = Field(0.1, ge=0, le=1)
+    """A prompt whose estimate is at most this is ``hard`` (0 = only never-solved prompts)."""
+    easy_min: float = Field(0.9, ge=0, le=1)
+    """A prompt whose estimate is at least this is ``easy`` (1 = only always-solved prompts)."""
+    min_samples: int = Field(1, ge=1)
+    """Samples seen before a prompt leaves ``normal``; prompts with fewer (or none) count as normal."""
+    weights: PoolWeights = Field(default_factory=PoolWeights)
+    """Probability of drawing from each pool (renormalised over non-empty pools). Keep easy/hard above 0 so their
+    estimates are refreshed as the policy changes."""
+
+    @model_validator(mode="after")
+    def _validate_thresholds(self) -> "PoolsConfig":
+        if self.hard_max >= self.easy_min:
+            raise ValueError(f"curriculum.pools: hard_max={self.hard_max} must be below easy_min={self.easy_min}")
+        return self
+
+
+class DifficultyConfig(_Section):
+    field: str
+    """Row field holding a difficulty, dotted for nested fields (``level``, ``metadata.difficulty``). Numbers, or
+    strings with a number in them (MATH's ``"Level 3"``); larger = harder."""
+    mode: Literal["order", "weight"] = "order"
+    """``order``: each pass over the prompts goes from easiest to hardest (ties in seeded random order);
+    ``weight``: draw difficulty values with ``weights`` (a stage may replace them)."""
+    weights: dict[float, float] | None = None
+    """``weight`` mode: difficulty value -> probability weight (>= 0), e.g. ``{1: 3, 2: 2, 3: 1}``."""
+
+    @model_validator(mode="after")
+    def _validate_weights(self) -> "DifficultyConfig":
+        if self.mode == "weight" and not self.weights:
+            raise ValueError("curriculum.difficulty.mode='weight' needs curriculum.difficulty.weights, e.g. "
+                             "{1: 3, 2: 2, 3: 1}")
+        _check_weights(self.weights, "curriculum.difficulty.weights")
+        return self
+
+
+def _check_weights(weights: dict[float, float] | None, key: str) -> None:
+    if weights is None:
+        return
+    bad = {k: v for k, v in weights.items() if not v >= 0 or v == float("inf")}
+    if bad or not sum(weights.values()) > 0:
+        raise ValueError(f"{key}: weights must be finite, >= 0 and not all 0, got {weights}")
+
+
+class StageConfig(_Section):
+    """Limits that hold from ``step`` on (until the next stage)."""
+
+    step: int = Field(ge=0)
+    """First training step (0-based: the step that starts after ``step`` steps are done) of this stage."""
+    max_new_tokens: int | None = Field(None, gt=0)
+    """Response length limit in tokens (<= rollout.max_new_tokens); ``None``: rollout.max_new_tokens."""
+    min_difficulty: float | None = None
+    """Only prompts with difficulty >= this are drawn (needs curriculum.difficulty)."""
+    max_difficulty: float | None = None
+    """Only prompts with difficulty <= this are drawn (needs curriculum.difficulty)."""
+    difficulty_weights: dict[float, float] | None = None
+    """Replaces curriculum.difficulty.weights in this stage (``weight`` mode)."""
+
+    @model_validator(mode="after")
+    def _validate_range(self) -> "StageConfig":
+        if self.min_difficulty is not None and self.max_difficulty is not None and \
+                self.min_difficulty > self.max_difficulty:
+            raise ValueError(f"curriculum.stages (step {self.step}): min_difficulty={self.min_difficulty} > "
+                             f"max_difficulty={self.max_difficulty}")
+        _check_weights(self.difficulty_weights, f"curriculum.stages (step {self.step}).difficulty_weights")
+        return self
+
+
+class CurriculumConfig(_Section):
+    """Which training prompts are drawn, and staged limits. The default (``sampler: epoch``, no stages) is plain
+    seeded epochs. Solve-rate statistics are kept per prompt in every case (``curriculum/`` metrics, checkpoints)."""
+
+    sampler: Literal["epoch", "pools", "difficulty"] = "epoch"
+    """``epoch``: seeded permutations; ``pools``: easy/normal/hard by solve rate with ``pools.weights``;
+    ``difficulty``: by the dataset's difficulty field (``difficulty.mode``)."""
+    solve_rate: SolveRateConfig = Field(default_factory=SolveRateConfig)
+    pools: PoolsConfig = Field(default_factory=PoolsConfig)
+    difficulty: DifficultyConfig | None = None
+    stages: list[StageConfig] = Field(default_factory=list)
+    """Staged limits, by increasing ``step``; e.g. ``[{step: 0, max_new_tokens: 1024}, {step: 200,
+    max_new_tokens: 2048}]``. Before the first stage's step, the recipe's own limits hold."""
+
+    @model_validator(mode="after")
+    def _validate_sections(self) -> "CurriculumConfig":
+        if self.sampler == "difficulty" and self.difficulty is None:
+            raise ValueError("curriculum.sampler='difficulty' needs curriculum.difficulty.field (the row field with "
+                             "each prompt's difficulty)")
+        steps = [s.step for s in self.stages]
+        if steps != sorted(set(steps)):
+            raise ValueError(f"curriculum.stages: steps must be strictly increasing, got {steps}")
+        for s in self.stages:
+            uses = s.min_difficulty is not None or s.max_difficulty is not None or s.difficulty_weights is not None
+            if uses and self.difficulty is None:
+                raise ValueError(f"curriculum.stages (step {s.step}) limits difficulty, which needs "
+                                 f"curriculum.difficulty.field")
+            weighted = (self.sampler == "difficulty" and self.difficulty is not None
+                        and self.difficulty.mode == "weight")
+            if s.difficulty_weights is not None and not weighted:
+                raise ValueError(f"curriculum.stages (step {s.step}).difficulty_weights only apply with "
+                                 f"curriculum.sampler='difficulty' and curriculum.difficulty.mode='weight'")
+        return self
+
+
 class Recipe(_Section):
     """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
 
@@ -253,8 +381,8 @@ class Recipe(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
-    curriculum: dict[str, Any] = Field(default_factory=dict)
-    """Difficulty sampling and staged limits (see rlvr/curriculum.py); empty = uniform sampling."""
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    """Difficulty sampling and staged limits (see rlvr/curriculum/); the default is plain seeded epochs."""
 
     @model_validator(mode="after")
     def _validate_cross_fields(self) -> "Recipe":
@@ -268,6 +396,10 @@ class Recipe(_Section):
         if batch % self.algorithm.mini_batches:
             raise ValueError(f"algorithm.mini_batches={self.algorithm.mini_batches} must divide the rollout batch "
                              f"rollout.prompts_per_step x rollout.group_size = {batch}")
+        for stage in self.curriculum.stages:
+            if stage.max_new_tokens is not None and stage.max_new_tokens > r.max_new_tokens:
+                raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
+                                 f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
         names = [v.name for v in self.verifiers]
         if self.reward.solved_verifier is not None and self.reward.solved_verifier not in names:
             raise ValueError(f"reward.solved_verifier={self.reward.solved_verifier!r} is not among the verifiers "
