@@ -2,7 +2,7 @@
 
 The sandbox unshares every namespace (user, pid, net, ipc, uts, cgroup), dies with its parent, drops all
 capabilities, sees /usr read-only and nothing else of the host but a minimal /dev and its own /proc, and
-writes only to a size-capped tmpfs at /tmp. When we are root, bwrap itself runs as a private unprivileged
+writes only to a size-capped tmpfs at /tmp (bwrap's own root tmpfs is remounted read-only). When we are root, bwrap itself runs as a private unprivileged
 uid per parallel slot (61000 + slot), so RLIMIT_NPROC contains a fork bomb without touching other slots.
 There is no cgroup: memory is bounded per process by RLIMIT_AS (see the driver), not per sandbox.
 """
@@ -22,6 +22,8 @@ from sandbox.errors import SandboxUnavailable
 from sandbox.harness import driver_source
 from sandbox.jobs import Job
 
+SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap's own environment: its init (pid 1
+# inside) keeps it, and /proc/1/environ is readable there, so nothing of ours may be in it
 FIRST_SLOT_UID = 61000  # host uids FIRST_SLOT_UID + slot run the sandboxes when we are root
 INSIDE_ID = "65534"  # uid and gid seen inside the sandbox
 
@@ -36,7 +38,7 @@ def bwrap_argv(scratch_mb: int) -> list[str]:
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_mb << 20), "--perms", "1777",
-             "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
+             "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
              "--setenv", "LANG", "C.UTF-8", "--hostname", "sandbox"]
     return argv
 
@@ -51,7 +53,7 @@ def bwrap_problem() -> str | None:
     uid = FIRST_SLOT_UID if os.geteuid() == 0 else None
     try:
         probe = subprocess.run(bwrap_argv(8) + ["--", "python3", "-I", "-c", "pass"], capture_output=True,
-                               timeout=30, user=uid, group=uid, extra_groups=[] if uid else None)
+                               timeout=30, user=uid, group=uid, extra_groups=[] if uid else None, env=SANDBOX_ENV)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"bubblewrap does not start: {e}"
     if probe.returncode != 0:
@@ -88,7 +90,7 @@ class BwrapBackend(Backend):
         channel = None
         try:
             channel = ProcessChannel(bwrap_argv(jobs[0].limits.scratch_mb) + ["--", "python3", "-I", "-c", driver_source()],
-                                     user=uid, group=uid, extra_groups=[] if root else None)
+                                     user=uid, group=uid, extra_groups=[] if root else None, env=SANDBOX_ENV)
             # RLIMIT_NPROC counts every process of the uid on the host: meaningful only for a private uid.
             request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp"], nproc=jobs[0].limits.pids if root else None)
             return run_batch(channel, jobs, request)
