@@ -1,0 +1,178 @@
+"""Math verifier vs plain math-verify: accuracy on labelled answer pairs, and verifications per second.
+
+    .venv/bin/python benchmarks/bench_math_verify.py            # writes benchmarks/results/math_verify.md
+    .venv/bin/python benchmarks/bench_math_verify.py --repeat 1  # quicker
+
+Accuracy: every labelled pair of ``shared/cases/math_dev.jsonl`` and the hand-labelled extra cases of
+``tests/test_verifiers_math_extra.py``. "Plain math-verify" is math-verify with default settings:
+``verify(parse(gold), parse(pred))``; a second row wraps the gold in ``$...$``, as trainers usually do. A call
+that hangs (math-verify's own signal timeouts cannot interrupt a long sympy/GMP computation) is killed after
+``--timeout`` seconds in a worker process and counted as wrong.
+
+Speed, on the same inputs (the dev pairs repeated ``--repeat`` times, minus pairs on which math-verify hangs or
+takes over 2 s):
+plain math-verify sequentially in this process, our verifier sequentially in this process, and our
+verifier through ``RewardFunction`` (process pool, ``--workers`` workers, hard per-call kill) with the result
+cache off and on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from verifiers import verifier  # noqa: E402
+from verifiers.math_answer import math_equal  # noqa: E402
+from verifiers.pool import Call, Status, VerifierPool  # noqa: E402
+from verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
+
+HACKING_CATEGORIES = {"units", "tiny_huge_numbers", "hedging", "extraction_response", "decimal_vs_exact",
+                      "plus_minus", "pathological", "multiple_choice"}
+
+
+def _plain_math_verify(gold: str, pred: str, wrap_gold: bool) -> bool:
+    from math_verify import parse, verify
+
+    return bool(verify(parse(f"${gold}$" if wrap_gold else gold), parse(pred)))
+
+
+@verifier("bench_plain_math_verify")
+def plain_math_verify(completion: str, sample: dict, *, wrap_gold: bool = False) -> float:
+    """math-verify 0.9 with default settings, as a verifier (used to run it under a hard kill)."""
+    return float(_plain_math_verify(sample["answer"], completion, wrap_gold))
+
+
+def load_cases() -> tuple[list[dict], list[dict]]:
+    dev_file = ROOT / "shared" / "cases" / "math_dev.jsonl"
+    if not dev_file.exists():
+        dev_file = Path("/work/shared/cases/math_dev.jsonl")
+    dev = [json.loads(line) for line in dev_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_verifiers_math_extra import CASES
+
+    extra = [{"id": f"extra-{i}", "gold": g, "pred": p, "equal": e, "category": "extra"} for i, (g, p, e) in enumerate(CASES)]
+    return dev, extra
+
+
+def judge_all(cases: list[dict], target: str, timeout_s: float, kwargs: dict | None = None) -> list[tuple[bool | None, float]]:
+    """Run ``target`` on every case in one worker (sequential, hard kill); returns (accepted, seconds)."""
+    calls = [Call(target, c["pred"], {"answer": c["gold"]}, kwargs or {}, timeout_s) for c in cases]
+    with VerifierPool(num_workers=1, max_chunk=len(calls)) as pool:
+        outcomes = pool.run(calls)
+    out: list[tuple[bool | None, float]] = []
+    for o in outcomes:
+        if o.status is not Status.OK:
+            out.append((None, o.seconds))
+        else:
+            value = o.value["score"] if isinstance(o.value, dict) else o.value
+            out.append((value == 1.0, o.seconds))
+    return out
+
+
+def accuracy_row(name: str, cases: list[dict], judged: list[tuple[bool | None, float]]) -> dict:
+    correct = sum((acc is True) == c["equal"] for c, (acc, _) in zip(cases, judged, strict=True))
+    false_accept = sum(acc is True and not c["equal"] for c, (acc, _) in zip(cases, judged, strict=True))
+    false_reject = sum(acc is not True and c["equal"] for c, (acc, _) in zip(cases, judged, strict=True))
+    hack = sum(acc is True and not c["equal"] and c["category"] in HACKING_CATEGORIES
+               for c, (acc, _) in zip(cases, judged, strict=True))
+    hangs = sum(acc is None for acc, _ in judged)
+    return {"name": name, "n": len(cases), "correct": correct, "accuracy": correct / len(cases),
+            "false_accept": false_accept, "false_reject": false_reject, "hack_accept": hack, "hangs": hangs}
+
+
+def throughput(cases: list[dict], repeat: int, workers: int, timeout_s: float) -> list[tuple[str, int, float]]:
+    inputs = [c for c in cases] * repeat
+    rows = []
+    start = time.perf_counter()
+    for c in inputs:
+        _plain_math_verify(c["gold"], c["pred"], False)
+    rows.append(("plain math-verify, sequential, 1 process", len(inputs), time.perf_counter() - start))
+    start = time.perf_counter()
+    for c in inputs:
+        math_equal(c["gold"], c["pred"])
+    rows.append(("ours, sequential, 1 process (no kill, no cache)", len(inputs), time.perf_counter() - start))
+    completions = [c["pred"] for c in inputs]
+    samples = [{"answer": c["gold"]} for c in inputs]
+    for cache_size, label in ((0, "cache off"), (100_000, "cache on")):
+        with RewardFunction([VerifierSpec("math", timeout_s=timeout_s)], num_workers=workers, cache_size=cache_size) as fn:
+            fn.score(completions[:4], samples[:4])  # start the workers outside the timing
+            start = time.perf_counter()
+            fn.score(completions, samples)
+            seconds = time.perf_counter() - start
+        rows.append((f"ours, RewardFunction, {workers} workers, hard kill, {label}", len(inputs), seconds))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3, help="times the dev pairs are repeated for the speed runs")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a hung check is killed")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "math_verify.md")
+    args = parser.parse_args()
+
+    dev, extra = load_cases()
+    rows = []
+    for cases, corpus in ((dev, "dev"), (extra, "extra")):
+        plain = judge_all(cases, "bench_plain_math_verify", args.timeout)
+        wrapped = judge_all(cases, "bench_plain_math_verify", args.timeout, {"wrap_gold": True})
+        ours = judge_all(cases, "math", args.timeout)
+        rows += [(corpus, accuracy_row("plain math-verify (defaults)", cases, plain)),
+                 (corpus, accuracy_row("plain math-verify, gold in $...$", cases, wrapped)),
+                 (corpus, accuracy_row("ours (verifiers.math_answer)", cases, ours))]
+        if corpus == "dev":
+            hang_ids = {c["id"] for c, (acc, _) in zip(cases, plain, strict=True) if acc is None}
+            slow_ids = {c["id"]: s for c, (_, s) in zip(cases, plain, strict=True) if s > 2.0}
+            slowest_ours = max(s for _, s in ours)
+            ours_misses = [c["id"] for c, (acc, _) in zip(cases, ours, strict=True) if (acc is True) != c["equal"]]
+    speed_cases = [c for c in dev if c["id"] not in hang_ids and c["id"] not in slow_ids]
+    speed = throughput(speed_cases, args.repeat, args.workers, args.timeout)
+
+    lines = ["# Math verifier vs plain math-verify", "",
+             f"Machine: {os.cpu_count()} CPU cores; math-verify {_version('math-verify')}, "
+             f"latex2sympy2_extended {_version('latex2sympy2_extended')}, sympy {_version('sympy')}. "
+             f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
+             "## Accuracy on labelled answer pairs", "",
+             "`dev`: `shared/cases/math_dev.jsonl`; `extra`: the hand-labelled pairs in "
+             "`tests/test_verifiers_math_extra.py` (same categories, other strings). *Hack accepts*: wrong answers "
+             f"accepted in the reward-hacking categories ({', '.join(sorted(HACKING_CATEGORIES))}). *Hangs*: killed "
+             f"after {args.timeout:g} s (counted wrong).", "",
+             "| corpus | checker | correct | accuracy | false accepts | false rejects | hack accepts | hangs |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for corpus, r in rows:
+        lines.append(f"| {corpus} | {r['name']} | {r['correct']}/{r['n']} | {100 * r['accuracy']:.1f}% | "
+                     f"{r['false_accept']} | {r['false_reject']} | {r['hack_accept']} | {r['hangs']} |")
+    slow_text = ", ".join(f"{k} ({v:.1f} s)" for k, v in sorted(slow_ids.items())) or "none"
+    lines += ["", f"Dev pairs that hang plain math-verify: {', '.join(sorted(hang_ids)) or 'none'}; that take it over 2 s: "
+              f"{slow_text}. Our slowest dev pair took {slowest_ours:.2f} s. Our misses on dev: "
+              f"{', '.join(ours_misses) or 'none'}.", "",
+              "## Verifications per second", "",
+              f"Inputs: the {len(speed_cases)} dev pairs that take plain math-verify under 2 s, repeated {args.repeat} "
+              "times. With the cache on, repeats after the first are cache hits (as in GRPO, where the samples of one "
+              "prompt often give the same answer).", "",
+              "| checker | verifications | seconds | verifications/s |", "| --- | ---: | ---: | ---: |"]
+    for name, n, seconds in speed:
+        lines.append(f"| {name} | {n} | {seconds:.2f} | {n / seconds:.0f} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(package)
+    except Exception:  # noqa: BLE001
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
