@@ -24,7 +24,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandbox.errors import SandboxUnavailable
+from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.limits import Limits
 
 LABEL = "rlvr.sandbox"
@@ -90,7 +90,9 @@ class ContainerPool:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._idle: dict[ContainerSpec, list[Any]] = defaultdict(list)
         self._live: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._starting = 0  # containers being created right now
+        self._closed = False
         remove_stale_containers(client)
         _POOLS.add(self)
         _install_exit_cleanup()
@@ -98,8 +100,12 @@ class ContainerPool:
     def acquire(self, spec: ContainerSpec) -> Any:
         """An idle container made for spec, else a new one (started here, ~0.3-0.6 s)."""
         with self._lock:
+            if self._closed:
+                raise SandboxError("the container pool is closed (the process is exiting)")
             if self._idle[spec]:
                 return self._idle[spec].pop()
+            self._starting += 1
+        container = None
         try:
             container = self.client.containers.run(
                 self.image, ["python3", "-I", "-c", PID1_SOURCE, str(self.idle_exit_s)], detach=True,
@@ -107,8 +113,16 @@ class ContainerPool:
                 labels={LABEL: "1", OWNER_LABEL: self.owner}, **spec.run_kwargs())
         except docker.errors.DockerException as e:
             raise SandboxUnavailable(f"cannot start a sandbox container from {self.image}: {e}") from e
-        with self._lock:
-            self._live[container.id] = container
+        finally:
+            with self._lock:
+                self._starting -= 1
+                closed = self._closed
+                if container is not None and not closed:
+                    self._live[container.id] = container
+                self._lock.notify_all()
+        if closed:
+            _remove(container)
+            raise SandboxError("the container pool is closed (the process is exiting)")
         return container
 
     def release(self, container: Any, spec: ContainerSpec, reusable: bool) -> None:
@@ -129,12 +143,20 @@ class ContainerPool:
                     idle.remove(container)
         _remove(container)
 
-    def close(self) -> None:
-        """Remove every container of this pool."""
+    def close(self, wait_s: float = 10.0) -> None:
+        """Remove every container of this pool, including any still being created (waits up to wait_s
+        seconds for those), and refuse to start more."""
         with self._lock:
+            self._closed = True
+            self._lock.wait_for(lambda: self._starting == 0, timeout=wait_s)
             containers = list(self._live.values())
             self._live.clear()
             self._idle.clear()
+        try:  # also whatever carries our label but escaped the bookkeeping (a creation cut short)
+            containers += self.client.containers.list(all=True, sparse=True,
+                                                      filters={"label": f"{OWNER_LABEL}={self.owner}"})
+        except docker.errors.DockerException:
+            pass
         threads = [threading.Thread(target=_remove, args=(c,), daemon=True) for c in containers]
         for t in threads:
             t.start()
@@ -151,8 +173,9 @@ def remove_stale_containers(client: docker.DockerClient) -> int:
     """Remove sandbox containers whose owner process (on this host) is gone; returns how many."""
     host = socket.gethostname()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        owner_host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+    # sparse: no per-container inspect, which would race with containers removing themselves
+    for container in client.containers.list(all=True, sparse=True, filters={"label": LABEL}):
+        owner_host, _, pid = (container.attrs.get("Labels") or {}).get(OWNER_LABEL, "").rpartition(":")
         if owner_host == host and pid.isdigit() and not _alive(int(pid)):
             _remove(container)
             removed += 1

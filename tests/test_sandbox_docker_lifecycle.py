@@ -1,0 +1,105 @@
+"""Docker container lifecycle: no container is left behind, whatever happens to the caller, and a program
+that kills its sandbox harms only itself."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox import Job, Limits
+from sandbox.backends.docker_backend import docker_problem
+from sandbox.backends.docker_pool import OWNER_LABEL, remove_stale_containers
+
+pytestmark = [pytest.mark.docker, pytest.mark.security]
+REPO = Path(__file__).resolve().parent.parent
+CALLER = textwrap.dedent("""
+    import sys, sandbox
+    sandbox.run("import time\\ntime.sleep(60)", [{"input": "", "output": "x"}], limits={"time_s": float(sys.argv[1])},
+                backend="docker")
+    print("done", flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def client():
+    if docker_problem():
+        pytest.skip(docker_problem())
+    import docker
+
+    c = docker.from_env()
+    yield c
+    c.close()
+
+
+def owned_by(client, pid):
+    """Ids of the sandbox containers started by process pid (sparse: no inspect that races removal)."""
+    owner = f"{socket.gethostname()}:{pid}"
+    return [c.id for c in client.containers.list(all=True, sparse=True, filters={"label": f"{OWNER_LABEL}={owner}"})]
+
+
+def start_caller(client, time_s, idle_s=600):
+    env = dict(os.environ, PYTHONPATH=str(REPO), RLVR_SANDBOX_IDLE_S=str(idle_s))
+    proc = subprocess.Popen([sys.executable, "-c", CALLER, str(time_s)], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.monotonic() + 30
+    while not owned_by(client, proc.pid):
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        assert time.monotonic() < end, "the caller never started a container"
+        time.sleep(0.2)
+    time.sleep(0.5)  # the program is running now
+    return proc
+
+
+def wait_gone(client, pid, within_s):
+    end = time.monotonic() + within_s
+    while owned_by(client, pid) and time.monotonic() < end:
+        time.sleep(0.5)
+    return owned_by(client, pid)
+
+
+def test_normal_exit_leaves_no_container(client):
+    proc = start_caller(client, time_s=1.0)
+    out, err = proc.communicate(timeout=60)
+    assert b"done" in out, err.decode()[-2000:]
+    assert owned_by(client, proc.pid) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_caller_leaves_no_container(client, sig):
+    proc = start_caller(client, time_s=30.0)
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0  # it really was interrupted mid-run
+    assert owned_by(client, proc.pid) == []
+
+
+def test_killed_caller_containers_remove_themselves_when_idle(client):
+    proc = start_caller(client, time_s=1.0, idle_s=1)
+    proc.kill()
+    proc.wait()
+    assert wait_gone(client, proc.pid, within_s=20) == []
+
+
+def test_containers_of_dead_callers_are_swept(client):
+    proc = start_caller(client, time_s=1.0, idle_s=600)
+    proc.kill()
+    proc.wait()
+    assert owned_by(client, proc.pid), "the killed caller's container should still be there"
+    assert remove_stale_containers(client) >= 1
+    assert owned_by(client, proc.pid) == []
+
+
+def test_a_program_that_kills_its_sandbox_harms_only_itself(client):
+    good = "print(sum(map(int, input().split())))\n"
+    killer = "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint(7)\n"
+    tests = [{"input": "3 4\n", "output": "7\n"}, {"input": "1 1\n", "output": "2\n"}]
+    jobs = [Job(p, tests, limits=Limits(time_s=2.0)) for p in (good, killer, good, good)]
+    results = sandbox.run_many(jobs, backend="docker")
+    assert [r.passed for r in results] == [True, False, True, True]
+    assert results[1].codes[0] == "RE" and "sandbox broke" in (results[1].error or "")
