@@ -1,0 +1,106 @@
+"""The `code` verifier and `rlvr verify code`: program extraction, scoring modes, the JSONL command."""
+import argparse
+import json
+
+import pytest
+
+import sandbox
+from sandbox.backends.bwrap_backend import bwrap_problem
+from sandbox.backends.docker_backend import docker_problem
+from verifiers import get_verifier
+from verifiers.code import build_program, code_reward, extract_program
+
+SORT_TESTS = [{"input": "3\n3 1 2\n", "output": "1 2 3\n"}, {"input": "1\n7\n", "output": "7\n"},
+              {"input": "4\n2 2 1 1\n", "output": "1 1 2 2\n"}]
+SAMPLE = {"test_type": "stdio", "tests": SORT_TESTS, "limits": {"time_s": 2}}
+needs_sandbox = pytest.mark.skipif(docker_problem() is not None and bwrap_problem() is not None,
+                                   reason="neither Docker nor bubblewrap can run here")
+
+
+def fenced(code, lang="python"):
+    return f"Here is my answer.\n```{lang}\n{code}```\nDone."
+
+
+def test_extract_program_takes_the_last_python_block():
+    text = "```python\nprint(1)\n```\nthen\n```text\nnot code\n```\n```py\nprint(2)\n```\n"
+    assert extract_program(text) == "print(2)\n"
+    assert extract_program("```\nprint(3)\n```") == "print(3)\n"  # no language given
+    assert extract_program("print(4)") == "print(4)"  # no fence: the whole text
+    assert extract_program("intro\n```python\nprint(5)\nprint(6)") == "print(5)\nprint(6)"  # cut off
+
+
+def test_build_program_places_the_code_after_the_stub():
+    sample = {"entry_point": "f", "stub": "import math\n\ndef f(x):\n    \"\"\"doc\"\"\"\n"}
+    full = build_program("def f(x):\n    return math.floor(x)\n", sample)
+    assert full.startswith(sample["stub"].rstrip() + "\n    pass\n") and full.endswith("return math.floor(x)\n")
+    assert build_program("    return 1\n", sample) == sample["stub"] + "    return 1\n"  # a body continuation
+    assert build_program("print(1)", {}) == "print(1)"
+
+
+def test_code_is_registered():
+    assert get_verifier("code") is code_reward
+
+
+@needs_sandbox
+def test_scores_fraction_and_all_modes():
+    right = fenced("import sys\nd = sys.stdin.read().split()\nprint(*sorted(map(int, d[1:])))\n")
+    dedup = fenced("import sys\nd = sys.stdin.read().split()\nprint(*sorted(set(map(int, d[1:]))))\n")
+    assert code_reward(right, SAMPLE) == {"score": 1.0, "passed": True, "verdicts": ["AC", "AC", "AC"],
+                                          "reason": "all 3 tests passed"}
+    partial = code_reward(dedup, SAMPLE)
+    assert partial["verdicts"] == ["AC", "AC", "WA"] and partial["passed"] is False
+    assert partial["score"] == pytest.approx(2 / 3)
+    assert code_reward(dedup, SAMPLE, mode="all")["score"] == 0.0
+    assert code_reward(fenced("print 1\n"), SAMPLE)["verdicts"] == ["CE", "CE", "CE"]
+
+
+@needs_sandbox
+def test_humaneval_style_row_with_stub():
+    sample = {"test_type": "assert", "entry_point": "add", "stub": "def add(a, b):\n    \"\"\"Add.\"\"\"\n",
+              "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n\ncheck(add)\n"}
+    assert code_reward(fenced("def add(a, b):\n    return a + b\n"), sample)["score"] == 1.0
+    assert code_reward("    return a + b\n", sample)["score"] == 1.0  # continuation of the stub
+    assert code_reward(fenced("def add(a, b):\n    return a - b\n"), sample)["score"] == 0.0
+
+
+def test_bad_rows_and_modes_are_refused():
+    with pytest.raises(ValueError, match="mode"):
+        code_reward("print(1)", SAMPLE, mode="some")
+    with pytest.raises(ValueError, match=r"sample\['tests'\]"):
+        code_reward("print(1)", {"test_type": "stdio"})
+    with pytest.raises(ValueError, match="unknown limit 'seconds'"):
+        code_reward("print(1)", dict(SAMPLE, limits={"seconds": 1}))
+
+
+def test_returns_none_when_no_sandbox_can_run(monkeypatch):
+    def unavailable(*_a, **_k):
+        raise sandbox.SandboxUnavailable("no backend")
+
+    monkeypatch.setattr(sandbox, "run_many", unavailable)
+    assert code_reward("print(1)", SAMPLE) is None
+
+
+@needs_sandbox
+def test_verify_code_command_prints_one_line_per_input_in_order(tmp_path, capsys):
+    from rlvr.commands.verify_code import run
+
+    rows = [
+        {"id": "a", "solution": "print(sum(map(int, input().split())))", "test_type": "stdio",
+         "tests": [{"input": "1 2\n", "output": "3\n"}, {"input": "2 2\n", "output": "4\n"}]},
+        {"id": "b", "solution": "def f(x):\n    return x * 2\n", "test_type": "call", "checker": "json",
+         "tests": {"fn_name": "f", "cases": [{"args": [2], "expected": 4}, {"args": [3], "expected": 7}]}},
+        {"id": "c", "solution": "def g():\n    return 1\n", "test_type": "assert", "tests": "assert g() == 1\n",
+         "limits": {"time_s": 1}},
+        {"id": "d", "solution": "print(1)", "test_type": "stdio", "tests": "not json"},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    rc = run(argparse.Namespace(file=str(path)))
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == 1  # one line could not be judged
+    assert [o["id"] for o in out] == ["a", "b", "c", "d"]
+    assert (out[0]["score"], out[0]["passed"], out[0]["verdicts"]) == (1.0, True, ["AC", "AC"])
+    assert (out[1]["score"], out[1]["passed"], out[1]["verdicts"]) == (0.5, False, ["AC", "WA"])
+    assert (out[2]["passed"], out[2]["verdicts"]) == (True, ["AC"])
+    assert out[3]["passed"] is False and "not JSON" in out[3]["error"]
+    assert out[1]["tests"] == rows[1]["tests"]  # the input fields are kept
