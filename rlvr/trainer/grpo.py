@@ -30,7 +30,8 @@ from rlvr import checkpoint as ckpt
 from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
 from rlvr.config import Recipe, dump_recipe
 from rlvr.data.prompts import Prompt, build_prompt_set
-from rlvr.data.sampler import EpochSampler
+from rlvr.curriculum import Curriculum
+from rlvr.curriculum.plot import plot_curriculum
 from rlvr.data.sources import load_rows
 from rlvr.evaluation import EvalResult, summarize
 from rlvr.kl import AdaptiveKLController, kl_per_token
@@ -123,6 +124,9 @@ class GRPOTrainer:
 
         self.tokenizer = load_tokenizer(model_path, r.model)
         self.prompt_set = build_prompt_set(rows, self.tokenizer, r.data, seed=r.seed)
+        self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
+                                     max_new_tokens=r.rollout.max_new_tokens)
+        self.sampler = self.curriculum.sampler
         self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.autocast_dtype = torch.bfloat16 if r.trainer.bf16 else None
@@ -132,7 +136,6 @@ class GRPOTrainer:
             self.ref_model.requires_grad_(False)
         self.engine = self._init_deepspeed()
         self.rollout_engine = rollout_engine or self._build_rollout_engine()
-        self.sampler = EpochSampler(len(self.prompt_set.train), seed=r.seed)
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
@@ -214,14 +217,15 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step_done, "sampler": self.sampler.state_dict(), "kl_ctl": self.kl_ctl.state_dict(),
-                "tokens_generated": self.tokens_generated, "eval_before": self.eval_before}
+        return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
+                "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
+                "eval_before": self.eval_before}
 
     def _resume(self) -> None:
         path = ckpt.latest_checkpoint(self.run_dir)
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
         self.step_done = int(state["step"])
-        self.sampler.load_state_dict(state["sampler"])
+        self.curriculum.load_state_dict(state["curriculum"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
         self.tokens_generated = int(state.get("tokens_generated", 0))
         self.eval_before = state.get("eval_before")
@@ -239,8 +243,11 @@ class GRPOTrainer:
 
     def _plot(self) -> None:
         if self.dist.is_main:
-            plot_curves(read_metrics(self.run_dir), self.run_dir / "plots" / "curves.png",
+            records = read_metrics(self.run_dir)
+            plot_curves(records, self.run_dir / "plots" / "curves.png",
                         title=f"{self.recipe.model.name} | {self.run_dir.name}")
+            plot_curriculum(records, self.run_dir / "plots" / "curriculum.png",
+                            title=f"{self.recipe.model.name} | {self.run_dir.name}")
 
     # ------------------------------------------------------------------------------------------------ stages
     def _my_share(self, items: list[Any]) -> list[Any]:
@@ -249,12 +256,13 @@ class GRPOTrainer:
     def _sampling(self) -> SamplingParams:
         ro = self.recipe.rollout
         return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
-                              max_new_tokens=ro.max_new_tokens)
+                              max_new_tokens=self.curriculum.max_new_tokens(self.step_done))
 
     def rollout(self, num_prompts: int) -> RolloutBatch:
         """Draw ``num_prompts`` training prompts (this rank's share) and sample G completions for each."""
         g = self.recipe.rollout.group_size
-        prompts = [self.prompt_set.train[i] for i in self._my_share(self.sampler.sample(num_prompts))]
+        indices = self._my_share(self.curriculum.sample(num_prompts, self.step_done))
+        prompts = [self.prompt_set.train[i] for i in indices]
         groups = self.rollout_engine.generate([p.token_ids for p in prompts], g, self._sampling())
         completions = [c for group in groups for c in group]
         texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
@@ -262,7 +270,7 @@ class GRPOTrainer:
 
     def verify(self, batch: RolloutBatch) -> None:
         """Score every completion with the recipe's verifiers (in the worker pool; failures cost one sample)."""
-        max_new = self.recipe.rollout.max_new_tokens
+        max_new = self.curriculum.max_new_tokens(self.step_done)  # the stage's limit (overlong shaping uses it)
         samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
         batch.reward_results = self.reward_fn.score(batch.texts, samples)
         batch.rewards = torch.tensor([r.total for r in batch.reward_results], dtype=torch.float32)
@@ -272,25 +280,38 @@ class GRPOTrainer:
         batch.valid = torch.tensor([not (drop_failed and r.failures) for r in batch.reward_results])
 
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
-        """Rollout + verify, with DAPO dynamic sampling when enabled: groups whose rewards are all equal carry no
-        gradient and are dropped, and more prompts are drawn until B groups remain or ``max_rounds`` is reached (then
-        the step trains on what it has, and says so in ``rollout/batch_filled``)."""
+        """Rollout + verify, with DAPO dynamic sampling (2503.14476, section 3.2) when enabled: groups whose rewards
+        are all equal carry no gradient and are dropped, and more prompts are drawn until B groups remain or
+        ``max_rounds`` generation rounds are done. When the cap is hit the step trains on what it has (possibly
+        nothing: then the update is skipped), never aborts, and says so in ``rollout/max_rounds_hit``.
+
+        Every group generated, kept or not, updates the per-prompt solve rates (``self.curriculum.observe``)."""
         r = self.recipe
         timer = StageTimer()
         want = r.rollout.prompts_per_step
         ds = r.algorithm.dynamic_sampling
         kept: list[RolloutBatch] = []
-        have, rounds, zero_var_before, groups_seen = 0, 0, 0, 0
+        have, rounds, zero_var_before, groups_seen, generated = 0, 0, 0, 0, 0
         while True:
             rounds += 1
             with timer("rollout"):
                 part = self.rollout(want - have if ds.enabled else want)
             with timer("reward"):
                 self.verify(part)
-            rewards = part.rewards.view(-1, part.group_size)
-            zero_var = (rewards.max(dim=1).values - rewards.min(dim=1).values) < 1e-9  # (B_part,)
-            zero_var_before += int(zero_var.sum())
-            groups_seen += len(part.prompts)
+            g = part.group_size
+            rewards = part.rewards.view(-1, g)  # (B_part, G)
+            zero_var = (rewards.max(dim=1).values - rewards.min(dim=1).values) < 1e-9 if len(part.prompts) \
+                else torch.zeros(0, dtype=torch.bool)  # (B_part,)
+            solved = part.solved.view(-1, g).sum(dim=1).tolist() if len(part.prompts) else []
+            mine = [(p.index, int(n), g) for p, n in zip(part.prompts, solved, strict=True)]
+            for groups in all_gather_objects(mine):  # every rank keeps the same solve-rate table
+                self.curriculum.observe(groups)
+            counts = all_reduce_sum(torch.tensor([float(zero_var.sum()), float(len(part.prompts)),
+                                                  float(sum(len(c.token_ids) for c in part.completions))],
+                                                 dtype=torch.float64)).tolist()
+            zero_var_before += int(counts[0])
+            groups_seen += int(counts[1])
+            generated += int(counts[2])
             if ds.enabled:
                 part = _select_groups(part, ~zero_var)
             kept.append(part)
@@ -298,18 +319,29 @@ class GRPOTrainer:
             if not ds.enabled or have >= want or rounds >= ds.max_rounds:
                 break
         batch = _concat(kept)
+        zero_var_after = 0.0
+        if batch.prompts:
+            kept_rewards = batch.rewards.view(-1, batch.group_size)  # (B_kept, G)
+            zero_var_after = float(((kept_rewards.max(1).values - kept_rewards.min(1).values) < 1e-9).sum())
+        self.tokens_generated += generated
         info = {"rollout/rounds": float(rounds),
+                "rollout/groups_generated": float(groups_seen),
+                "rollout/groups_kept": float(have),
                 "rollout/zero_var_groups_before_filter": zero_var_before / max(groups_seen, 1),
-                "rollout/batch_filled": have / want}
+                "rollout/zero_var_groups_after_filter": float(all_reduce_sum(torch.tensor([zero_var_after]))[0])
+                / max(have, 1),
+                "rollout/batch_filled": have / want,
+                "rollout/max_rounds_hit": float(ds.enabled and have < want),
+                "rollout/tokens_generated": float(generated)}
         return batch, info, timer
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         """Group-baseline advantages per sample, broadcast to tokens; KL-in-reward when the recipe places KL there."""
         a = self.recipe.algorithm
-        tensorize(batch, int(self.tokenizer.pad_token_id), a.mask_truncated)
-        if not batch.prompts:
-            batch.advantages = torch.zeros_like(batch.response_mask)
+        if not batch.prompts:  # dynamic sampling dropped every group (or this rank got none): nothing to tensorize
+            batch.response_mask = batch.advantages = torch.zeros(0, 1)
             return
+        tensorize(batch, int(self.tokenizer.pad_token_id), a.mask_truncated)
         need_old = a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None or (
             self.ref_model is not None and a.kl.placement == "reward")
         if need_old:
@@ -445,12 +477,16 @@ class GRPOTrainer:
         with timer("advantages"):
             self.compute_advantages(batch)
         with timer("update"):
-            train_metrics = self.update(batch) if batch.prompts else {"train/skipped_empty_batch": 1.0}
+            # skipped on the global count (a rank without groups still joins the collective update)
+            train_metrics = self.update(batch) if info["rollout/groups_kept"] else {"train/skipped_empty_batch": 1.0}
         with timer("sync"):
             self.rollout_engine.sync_weights(self.model)
+        curriculum = self.curriculum.end_step(self.step_done)
         self.step_done += 1
+        for tag, values in curriculum.histograms.items():
+            self.logger.histogram(tag, values, self.step_done)
         self._write_samples(self.step_done, batch)
-        metrics = {**info, **self._rollout_metrics(batch, timer), **train_metrics}
+        metrics = {**info, **self._rollout_metrics(batch, timer), **curriculum.metrics, **train_metrics}
         metrics.update({f"time/{k}_s": v for k, v in timer.seconds.items()})
         return metrics
 
@@ -479,7 +515,6 @@ class GRPOTrainer:
         k = len(self.labels)
         vsum, vcount = s[10:10 + k], s[10 + k:10 + 2 * k]
         n = max(n, 1.0)
-        self.tokens_generated += int(lsum)
         out = {
             "reward/mean": rsum / n,
             "reward/std": math.sqrt(max(rsq / n - (rsum / n) ** 2, 0.0)),
