@@ -49,7 +49,7 @@ class CompareConfig:
 def answers_equal(gold: Answer, pred: Answer, cfg: CompareConfig = CompareConfig()) -> bool:
     """True when ``pred`` states the same answer as ``gold`` (not symmetric: the gold decides the form)."""
     if isinstance(gold, Choice) or isinstance(pred, Choice):
-        return isinstance(gold, Choice) and isinstance(pred, Choice) and gold.letter == pred.letter
+        return isinstance(gold, Choice) and _letter_of(pred) == gold.letter
     if isinstance(gold, Text) or isinstance(pred, Text):
         return _text_of(gold) is not None and _text_of(gold) == _text_of(pred)
     if isinstance(gold, Relation) or isinstance(pred, Relation):
@@ -59,6 +59,17 @@ def answers_equal(gold: Answer, pred: Answer, cfg: CompareConfig = CompareConfig
     if isinstance(gold, Region) or isinstance(pred, Region):
         return _regions_equal(gold, pred, cfg)
     return scalars_equal(gold, pred, cfg)
+
+
+def _letter_of(answer: Answer) -> str | None:
+    """The option letter a prediction names: ``(C)``, ``C``, or a lone lower-case ``c``."""
+    if isinstance(answer, Choice):
+        return answer.letter
+    if isinstance(answer, Scalar) and isinstance(answer.value, sympy.Symbol) and len(str(answer.value)) == 1:
+        return str(answer.value).upper()
+    if isinstance(answer, Text) and len(answer.text) == 1:
+        return answer.text.upper()
+    return None
 
 
 def _text_of(answer: Answer) -> str | None:

@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import re
 
+MAX_CHARS = 30_000
+"""Only the last 30,000 characters of a response are searched (the final answer is at the end); this
+bounds the work on adversarial inputs."""
+
 _CHAT_TOKENS = re.compile(
     r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|<\|user\|>|<\|assistant\|>|"
     r"<｜end▁of▁sentence｜>|<end_of_turn>|<start_of_turn>|</s>"
@@ -54,11 +58,11 @@ _ANCHORS = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 
-_MATH_ENV = re.compile(
-    r"(?<!\\)\$\$(?P<dd>.+?)(?<!\\)\$\$|"
-    r"\\\[(?P<br>.+?)\\\]|"
-    r"\\\((?P<pa>.+?)\\\)|"
-    r"(?<![\\$])\$(?P<d>(?:\\\$|[^$])+?)(?<!\\)\$",
+_MATH_ENV = re.compile(  # bounded lengths keep scans linear on unclosed delimiters
+    r"(?<!\\)\$\$(?P<dd>[^$]{1,3000}?)(?<!\\)\$\$|"
+    r"\\\[(?P<br>.{1,3000}?)\\\]|"
+    r"\\\((?P<pa>.{1,3000}?)\\\)|"
+    r"(?<![\\$])\$(?P<d>(?:\\\$|[^$]){1,3000}?)(?<!\\)\$",
     re.DOTALL,
 )
 _NUMBER = re.compile(
@@ -75,23 +79,46 @@ _TRUNCATED_END = re.compile(r"(?:[=+\-*/^(\\,]|\\(?:times|cdot|frac|sqrt))\s*$")
 
 def find_boxed_spans(text: str) -> list[tuple[int, int, str]]:
     """All ``\\boxed{...}``/``\\fbox{...}`` (braces nested to any depth, ``\\{`` ignored) and ``\\boxed x``
-    (one token) in ``text``, as ``(start, end, content)``. An unclosed box (truncated output) is skipped."""
+    (one token) in ``text``, as ``(start, end, content)``; a box inside another box is left out. An unclosed
+    box (truncated output) is skipped. Linear time."""
+    pairs = _brace_pairs(text)
     spans: list[tuple[int, int, str]] = []
+    outer_end = -1
     for match in _BOX_COMMAND.finditer(text):
+        if match.start() < outer_end:
+            continue  # \boxed{\boxed{2}}: the outer box is the answer
         i = match.end()
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            end = _matching_brace(text, i)
+            end = pairs.get(i)
             if end is not None:
                 spans.append((match.start(), end + 1, text[i + 1 : end]))
+                outer_end = end + 1
         elif match.end() < len(text) and text[match.end()] == " ":
-            token = re.match(r"[^\s$]+", text[i:])
+            token = re.match(r"[^\s$]+", text[i : i + 200])
             if token:
                 spans.append((match.start(), i + token.end(), token.group()))
-    # a box inside another box (\boxed{\boxed{2}}) is the same answer: keep the outer one
-    outer = [s for s in spans if not any(o[0] < s[0] and s[1] <= o[1] for o in spans)]
-    return outer
+    return spans
+
+
+def _brace_pairs(text: str) -> dict[int, int]:
+    """Position of each ``{`` -> position of its matching ``}`` (escaped braces ignored), in one pass."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    n = len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
 
 
 def find_boxed(text: str) -> list[str]:
@@ -125,7 +152,7 @@ def extract_answer(completion: str) -> str | None:
 
 
 def _final_region(completion: str) -> str:
-    text = completion
+    text = completion[-MAX_CHARS:]
     cut = _CHAT_TOKENS.search(text)
     if cut:
         text = text[: cut.start()]
@@ -140,24 +167,6 @@ def _final_region(completion: str) -> str:
         if inner.strip():
             text = inner
     return _HOPE.sub("", text)
-
-
-def _matching_brace(text: str, open_at: int) -> int | None:
-    depth = 0
-    i = open_at
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2  # an escaped character (\{, \}) never opens or closes a group
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
-    return None
 
 
 def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
@@ -188,7 +197,7 @@ def _sentence(text: str) -> str:
     i = 0
     n = len(text)
     while i < n:
-        env = _MATH_ENV.match(text, i) if text[i] in "$\\" else None
+        env = _MATH_ENV.match(text, i) if text[i] in "$\\" and _may_open_env(text, i) else None
         if env:
             if _env_content(env).rstrip().endswith("."):  # "$$ ... = 2.$$ Next sentence"
                 return text[: env.end()]
@@ -203,9 +212,21 @@ def _sentence(text: str) -> str:
     return text
 
 
+_CLOSERS = {"\\[": "\\]", "\\(": "\\)", "$$": "$$", "$": "$"}
+
+
+def _may_open_env(text: str, i: int) -> bool:
+    """Cheap pre-check (a C-speed ``find``) that a math environment opening at ``i`` closes within 3000
+    characters, so unclosed delimiters cost no regex scan."""
+    for opener in ("\\[", "\\(", "$$", "$"):
+        if text.startswith(opener, i):
+            return text.find(_CLOSERS[opener], i + len(opener), i + len(opener) + 3001) >= 0
+    return False
+
+
 def _reduce(candidate: str) -> str | None:
     """Turn the text after an anchor (or one sentence) into just the answer."""
-    candidate = candidate.strip().strip("*").strip()
+    candidate = candidate[-2000:].strip().strip("*").strip()
     candidate = re.sub(r"^[\"'“”]+|[\"'“”]+$", "", candidate).strip()
     if not candidate:
         return None

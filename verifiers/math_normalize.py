@@ -62,6 +62,8 @@ def normalize(answer: str) -> str:
     s = _THOUSANDS_BANG.sub("", s)
     s = _THOUSANDS_THINSPACE.sub("", s)
     s = _SIZED.sub("", s)
+    s = re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset ", s)
+    s = re.sub(r"\\mathbb\s*\{?\s*R\s*\}?|(?i:\ball\s+real\s+numbers\b)", r"(-\\infty, \\infty)", s)
     s = s.replace("\\lbrace", "\\{").replace("\\rbrace", "\\}").replace("\\lbrack", "[").replace("\\rbrack", "]")
     s = re.sub(r"\\[lr]?vert(?![A-Za-z])|\\mid(?![A-Za-z])", "|", s)
     s = _FRAC_VARIANTS.sub(r"\\frac", s)

@@ -94,7 +94,7 @@ _LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
 _DECIMAL_RE = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
 _IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])")
-_CHOICE_RE = re.compile(r"^\(?([A-J])\)?$")
+_CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
 _THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
@@ -160,7 +160,7 @@ def _parse_element(s: str) -> Answer:
         raise AnswerParseError("empty element")
     choice = _CHOICE_RE.match(s)
     if choice:
-        return Choice(choice.group(1))
+        return Choice(choice.group(1) or choice.group(2))
     if _is_text(s):
         return Text(_text_key(s))
     pieces, ops = _split_relations(s)
