@@ -50,7 +50,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     if verify_code is not None and hasattr(verify_code, "add_arguments"):
         verify_code.add_arguments(code)
     else:
-        _add_common(code, "JSONL with a completion and the tests")
+        code.add_argument("--file", required=True, help="JSONL with 'solution', 'test_type' and 'tests'")
+        code.add_argument("--backend", default="auto", help="sandbox backend: auto, docker or bwrap")
+        code.add_argument("--mode", choices=["fraction", "all"], default="fraction",
+                          help="score: fraction of tests passed, or 1/0 for all passed")
     parser.set_defaults(func=run)
     return parser
 
