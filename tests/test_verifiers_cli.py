@@ -35,7 +35,7 @@ def test_math_file_keeps_order_and_fields(tmp_path, capsys: pytest.CaptureFixtur
     out = [json.loads(line) for line in captured.out.splitlines()]
     assert len(out) == len(lines)
     assert [o["id"] for o in out[:-2]] == list(range(len(rows)))
-    assert all(o["score"] == o["want"] and o["gold"] == r["gold"] for o, r in zip(out, rows))
+    assert all(o["score"] == o["want"] and o["gold"] == r["gold"] for o, r in zip(out[:-2], rows, strict=True))
     assert out[-2]["score"] is None and "not JSON" in out[-2]["error"]
     assert out[-1]["score"] is None and "pred" in out[-1]["error"]
 

@@ -263,20 +263,21 @@ def _single_relations_equal(gold: Relation, pred: Relation) -> bool:
 
 
 def _relation_to_set(rel: Relation) -> sympy.Set | None:
-    """The solution set of a one-variable relation over the reals (``x \\geq 2`` -> ``[2, oo)``)."""
-    if not _sides_are_scalars(rel) or "=" in rel.ops and len(rel.ops) == 1 and is_label(rel.parts[0]):
-        if rel.ops == ("in",) and is_label(rel.parts[0]):
-            from verifiers.math_parse import Region as _R
-
-            target = rel.parts[1]
-            return target.value if isinstance(target, _R) else None
+    """The solution set of a one-variable relation over the reals (``x \\geq 2`` -> ``[2, oo)``,
+    ``x \\in [0, 1]`` -> ``[0, 1]``); None for assignments, several variables, or what sympy cannot solve."""
+    if rel.ops == ("in",) and is_label(rel.parts[0]):
+        target = rel.parts[1]
+        return target.value if isinstance(target, Region) else None
+    if not _sides_are_scalars(rel) or rel.ops == ("=",) and is_label(rel.parts[0]):
         return None
     exprs = [p.value for p in rel.parts if isinstance(p, Scalar)]
     unknowns: set[sympy.Basic] = set()
     for e in exprs:
         unknowns |= e.free_symbols
         unknowns |= {a for a in e.atoms(AppliedUndef)}
-    variables = {u for u in unknowns if not any(u in a.free_symbols for a in unknowns if a != u and isinstance(a, AppliedUndef))}
+    # f(x) counts as the variable, not the x inside it ("0 < f(x) < 1")
+    inside_calls = {s for a in unknowns if isinstance(a, AppliedUndef) for s in a.free_symbols}
+    variables = unknowns - inside_calls
     if len(variables) != 1:
         return None
     var = variables.pop()

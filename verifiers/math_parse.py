@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Union
 
@@ -42,6 +42,10 @@ class AnswerParseError(ValueError):
 
 @dataclass(frozen=True)
 class Scalar:
+    """A number, expression or matrix. ``decimal_digits``: fewest significant digits among the decimal
+    literals it was written with (None: no decimals). ``base``/``digits``: ``204_5`` (value 54). ``too_large``:
+    evaluation would create numbers above :data:`MAX_DIGITS` digits, so ``value`` is left unevaluated."""
+
     value: sympy.Basic
     decimal_digits: int | None = None
     percent: bool = False
@@ -55,6 +59,8 @@ class Scalar:
 
 @dataclass(frozen=True)
 class Seq:
+    """``tuple``: ``(a, b)``, order matters; ``set``: ``\\{a, b\\}``; ``list``: ``a, b`` / ``a and b``."""
+
     kind: Literal["tuple", "set", "list"]
     items: tuple[Answer, ...]
     open_pair: bool = False  # "(a, b)": an ordered pair or the open interval (a, b)
@@ -62,22 +68,30 @@ class Seq:
 
 @dataclass(frozen=True)
 class Region:
+    """An interval, a union of intervals, or another sympy set (``\\emptyset``)."""
+
     value: sympy.Set
 
 
 @dataclass(frozen=True)
 class Relation:
+    """``parts[0] ops[0] parts[1] ops[1] ...``; ops are ``=``, ``<``, ``<=``, ``>``, ``>=``, ``!=``, ``in``."""
+
     ops: tuple[str, ...]
     parts: tuple[Answer, ...]
 
 
 @dataclass(frozen=True)
 class Text:
+    """A word answer, lower-cased, articles dropped (``\\text{The Odd}`` -> ``odd``)."""
+
     text: str
 
 
 @dataclass(frozen=True)
 class Choice:
+    """A multiple-choice letter ``A``-``J``."""
+
     letter: str
 
 
@@ -267,8 +281,6 @@ def _parse_scalar(s: str) -> Scalar:
     has_trig = bool(_TRIG_RE.search(s))
     if "^{\\circ}" in s and not has_trig:
         degree, s = True, s.replace("^{\\circ}", " ").strip()
-    if unit is not None and unit.known and unit.dimension == (("angle", 1),):
-        pass
     base = _BASE_RE.match(s)
     if base and int(base.group(2)) >= 2 and all(int(d) < int(base.group(2)) for d in base.group(1)):
         digits, radix = base.group(1), int(base.group(2))
