@@ -19,6 +19,7 @@ runs past its deadline. Exact numbers that would need more than ``MAX_DIGITS`` d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ from verifiers.math_extract import extract_answer
 from verifiers.math_normalize import normalize
 from verifiers.math_parse import Answer, AnswerParseError, Scalar, parse_answer
 from verifiers.registry import verifier
+
+_DECIMAL_COMMA = re.compile(r"^\$?-?\d+,\d+\$?$")
 
 __all__ = ["MathVerdict", "extract_answer", "judge_math", "math_equal", "math_reward"]
 
@@ -73,6 +76,8 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
         pred_answer: Answer | None = parse_answer(pred_text, decimal_comma=decimal_comma)
     except AnswerParseError:
         pred_answer = None
+    if isinstance(pred_answer, Scalar) and _DECIMAL_COMMA.match(gold_text.strip()):
+        gold_answer = parse_answer(gold_text, decimal_comma=True)  # gold "1,22" against "1.22": one number
     if gold_answer is None or pred_answer is None:
         same = _compact(normalize(gold_text)) == _compact(normalize(pred_text))
         if same:

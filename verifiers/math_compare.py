@@ -185,27 +185,75 @@ def _relations_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
     if isinstance(gold, Relation) and isinstance(pred, Relation):
         return _both_relations_equal(gold, pred, cfg)
     if isinstance(gold, Relation):
-        if gold.ops[-1] in ("=", "in") and all(op in ("=", "in") for op in gold.ops) and is_label(gold.parts[0]):
-            return answers_equal(gold.parts[-1], pred, cfg)
+        values = _chain_values(gold)
+        if values is not None:  # "x = 3", "k \\in [0, 1]", "z = 1 + 1 = 2": the gold's value
+            return answers_equal(values[0], pred, cfg)
         if isinstance(pred, (Region, Seq)):
             return _regions_equal(gold, pred, cfg)
         return False
     assert isinstance(pred, Relation)
-    if all(op in ("=", "in") for op in pred.ops):
-        return answers_equal(gold, pred.parts[-1], cfg)
+    if all(op in ("=", "~", "in") for op in pred.ops):  # "x = 5+5+1 = 11", "x = 1/3 \\approx 0.33"
+        return any(answers_equal(gold, value, cfg) for value in _chain_values(pred, lenient=True) or ())
     if isinstance(gold, (Region, Seq)):
         return _regions_equal(gold, pred, cfg)
     return False
 
 
+def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
+    """What an equality chain says the answer is, or None when it is an equation to compare as such.
+
+    ``x = 3`` and ``k \\in S`` (a name on the left) give their right side; a chain of two or more ``=``
+    (``1 + 1 = 2 = z``... a computation) gives its last step; with ``\\approx`` the exact value before it
+    counts, plus (``lenient``, for predictions) each approximation that is a correct rounding of it
+    (``70/9 \\approx 7.78``). ``lenient`` also reads ``1/2 = 10/9`` as its last step.
+    """
+    if not all(op in ("=", "~", "in") for op in rel.ops):
+        return None
+    named = is_label(rel.parts[0])
+    if not (named or lenient or len(rel.ops) >= 2):
+        return None
+    if "~" not in rel.ops:
+        return [rel.parts[-1]]
+    k = rel.ops.index("~")
+    exact = rel.parts[k + 1] if k == 0 and named else rel.parts[k]
+    values = [exact]
+    if lenient:
+        values += [p for p in rel.parts[k + 1 :] if p is not exact and _is_rounding_of(p, exact)]
+    return values
+
+
+def _is_rounding_of(approx: Answer, exact: Answer) -> bool:
+    if not (isinstance(approx, Scalar) and isinstance(exact, Scalar)) or approx.too_large or exact.too_large:
+        return False
+    a, e = approx.value, exact.value
+    if not (isinstance(a, sympy.Expr) and isinstance(e, sympy.Expr)) or a.free_symbols or e.free_symbols:
+        return False
+    try:
+        av, ev = float(a), float(e)
+    except (TypeError, ValueError):
+        return False
+    if approx.decimal_digits is None:
+        return abs(av - ev) <= 0.5
+    if av == 0:
+        return False
+    import math
+
+    unit = 10.0 ** (math.floor(math.log10(abs(av))) - approx.decimal_digits + 1)
+    return abs(av - ev) <= 0.5 * unit * (1 + 1e-9)
+
+
 def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) -> bool:
-    g_assign = all(op == "=" for op in gold.ops) and is_label(gold.parts[0])
-    p_assign = all(op == "=" for op in pred.ops) and is_label(pred.parts[0])
-    if g_assign and p_assign:
-        return _labels_equal(gold.parts[0], pred.parts[0]) and answers_equal(gold.parts[-1], pred.parts[-1], cfg)
-    if gold.ops == ("in",) and pred.ops == ("in",):
-        return _labels_equal(gold.parts[0], pred.parts[0]) and answers_equal(gold.parts[1], pred.parts[1], cfg)
-    if g_assign and not p_assign and len(pred.ops) > 1 and all(op == "=" for op in pred.ops):
+    g_values = _chain_values(gold)
+    p_values = _chain_values(pred, lenient=True)
+    g_named = g_values is not None and is_label(gold.parts[0])
+    p_named = p_values is not None and is_label(pred.parts[0])
+    if g_named and p_named and _labels_equal(gold.parts[0], pred.parts[0]):  # "x = 3" vs "x = 1 + 2 = 3"
+        assert g_values is not None and p_values is not None
+        return any(answers_equal(g_values[0], v, cfg) for v in p_values)
+    if g_values is not None and not g_named and p_values is not None:  # computation chains: last steps
+        if len(gold.ops) >= 2:
+            return any(answers_equal(g_values[0], v, cfg) for v in p_values)
+    if g_named and not p_named and len(pred.ops) > 1 and all(op == "=" for op in pred.ops):
         return answers_equal(gold, Relation(("=",), (pred.parts[0], pred.parts[-1])), cfg)
     if len(gold.ops) == len(pred.ops) == 1 and _sides_are_scalars(gold) and _sides_are_scalars(pred):
         if _single_relations_equal(gold, pred):

@@ -135,14 +135,18 @@ def extract_answer(completion: str) -> str | None:
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
     text = _final_region(completion)
     boxes = find_boxed_spans(text)
+    anchor = _last_anchor(text)
     if boxes:
+        if anchor is not None and anchor[0] >= boxes[-1][1]:  # "\\boxed{200} ... The final answer is 10,455"
+            reduced = _reduce(anchor[1])
+            if reduced is not None:
+                return reduced
         group = _last_box_group(text, boxes)
         parts = [_strip_outer(content) for content in group]
         parts = [p for p in parts if p]
         return ", ".join(parts) if parts else None
-    anchored = _last_anchor(text)
-    if anchored is not None:
-        return _reduce(anchored)
+    if anchor is not None:
+        return _reduce(anchor[1])
     stripped = _strip_outer(text)
     if stripped and _is_bare_answer(stripped):
         return stripped
@@ -179,7 +183,8 @@ def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
     return deduped
 
 
-def _last_anchor(text: str) -> str | None:
+def _last_anchor(text: str) -> tuple[int, str] | None:
+    """``(position, text after it up to the end of the sentence)`` for the last anchor phrase."""
     # Every anchor contains one of these words; find them at C speed, then try the full pattern near the
     # last ones only (the full pattern over a 30,000-character response costs milliseconds).
     for key in reversed(list(_ANCHOR_KEYS.finditer(text))):
@@ -188,7 +193,7 @@ def _last_anchor(text: str) -> str | None:
             last = match
         if last is not None:
             candidate = _sentence(text[last.end() :].lstrip())
-            return candidate if candidate.strip() else None
+            return (last.start(), candidate) if candidate.strip() else None
     return None
 
 
@@ -315,7 +320,7 @@ def _strip_outer(text: str) -> str:
                     break
                 text = inner.strip()
                 break
-        text = re.sub(r"(?<![.\d])[.。]+$", "", text).strip()
+        text = re.sub(r"(?<![.\d])[.。](?!\.)$", "", text).strip()  # a final period, not an ellipsis
         if text == before:
             break
     return text

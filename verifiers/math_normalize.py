@@ -46,6 +46,7 @@ _SCIENTIFIC = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\^\s*\{?\s*\\text\{\s*o\s*\}\s*\}?|\\circ|\\degree)(?![A-Za-z])")
 _DEGREE_WORD = re.compile(r"(?<=[\d}])\s*(?:degrees|degree|deg)\b\.?", re.IGNORECASE)
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*(?:percent|percentage|pct)\s*\}|\b(?:percentage|percent|pct)\b)")
+_PLAIN_MIXED = re.compile(r"(?<![\w.\\/{}^])([-+]?)(\d+) (\d+)/(\d+)(?![\w./])")
 _REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\{(\d+)\}")
 _THOUSANDS_BRACE = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)")
 _THOUSANDS_BANG = re.compile(r"(?<=\d),\s*\\!\s*(?=\d)")
@@ -56,6 +57,8 @@ _SPACE_GROUPS = re.compile(r"(?<![\d.])(\d{1,3}(?: \d{3})+)(?![\d.])")
 def normalize(answer: str) -> str:
     """Canonical LaTeX spelling of ``answer`` (see the module docstring). Never raises for a str."""
     s = _unicode(answer)
+    if "matrix" not in s and "array" not in s:
+        s = re.sub(r"\\\\(?=[A-Za-z])", r"\\", s)  # "\\\\frac" written with doubled backslashes
     s = s.replace("\\$", " ").replace("$", " ")
     s = re.sub(r"[€£¥₹]", " ", s)
     s = _THOUSANDS_BRACE.sub("", s)
@@ -73,6 +76,7 @@ def normalize(answer: str) -> str:
     s = _SPACING.sub(" ", s)
     s = _arrays_to_matrices(s)
     s = _REPEATING.sub(_repeating_to_fraction, s)
+    s = _PLAIN_MIXED.sub(_mixed_to_fraction, s)
     s = _plain_text_math(s)
     s = _brace_tex_args(s)
     s = _DEGREE.sub(lambda _: "^{\\circ}", s)
@@ -81,7 +85,8 @@ def normalize(answer: str) -> str:
     s = " ".join(s.split())
     s = _SPACE_GROUPS.sub(lambda m: m.group(1).replace(" ", ""), s)
     s = re.sub(r"^(?:=|\\approx|\\simeq|:)\s*", "", s)
-    s = re.sub(r"\s*[.,;:]+$", "", s).strip()
+    if not re.search(r"\.\.\.\s*$|\\[lc]?dots\s*$", s):  # "1, 2, 3, ..." keeps its ellipsis
+        s = re.sub(r"\s*[.,;:]+$", "", s).strip()
     return s
 
 
@@ -125,6 +130,14 @@ def _arrays_to_matrices(s: str) -> str:
     # "[\begin{pmatrix}..\end{pmatrix}]" and "(\begin{pmatrix}..)" are the matrix itself
     s = re.sub(r"^[\[(]\s*(\\begin\{pmatrix\}.*\\end\{pmatrix\})\s*[\])]$", r"\1", s.strip(), flags=re.DOTALL)
     return s
+
+
+def _mixed_to_fraction(m: re.Match[str]) -> str:
+    """Plain-text mixed number ``4 4/9`` -> ``\\frac{40}{9}``; an invalid one (``4 7/6``, ``4 4/0``) stays."""
+    sign, whole, num, den = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if den == 0 or num >= den:
+        return m.group(0)
+    return f"{'-' if sign == '-' else ''}\\frac{{{whole * den + num}}}{{{den}}}"
 
 
 def _repeating_to_fraction(m: re.Match[str]) -> str:

@@ -75,7 +75,8 @@ class Region:
 
 @dataclass(frozen=True)
 class Relation:
-    """``parts[0] ops[0] parts[1] ops[1] ...``; ops are ``=``, ``<``, ``<=``, ``>``, ``>=``, ``!=``, ``in``."""
+    """``parts[0] ops[0] parts[1] ops[1] ...``; ops are ``=``, ``~`` (approximately), ``<``, ``<=``, ``>``,
+    ``>=``, ``!=``, ``in``."""
 
     ops: tuple[str, ...]
     parts: tuple[Answer, ...]
@@ -98,7 +99,7 @@ class Choice:
 Answer = Union[Scalar, Seq, Region, Relation, Text, Choice]
 
 _RELATION_OPS = {
-    "=": "=", "\\approx": "=", "\\simeq": "=", "\\equiv": "=",
+    "=": "=", "\\approx": "~", "\\simeq": "~", "\\equiv": "=",
     "<": "<", "\\lt": "<", ">": ">", "\\gt": ">",
     "\\leq": "<=", "\\le": "<=", "\\leqslant": "<=", "\\geq": ">=", "\\ge": ">=", "\\geqslant": ">=",
     "\\neq": "!=", "\\ne": "!=", "\\in": "in",
@@ -111,7 +112,7 @@ _IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])")
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
-_THOUSANDS_RE = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_THOUSANDS_RE = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
 _DECIMAL_COMMA_RE = re.compile(r"^-?\d+,\d+$")
 _WORDS_RE = re.compile(r"^[A-Za-z][A-Za-z' \-]*[A-Za-z.!]?$")
 _FUNC_WORDS = frozenset("sin cos tan sec csc cot log ln exp sqrt pi infty frac".split())
@@ -151,8 +152,9 @@ def _as_record(answer: Answer) -> Answer:
 
 def _parse_group(s: str, decimal_comma: bool) -> Answer:
     s = s.strip()
-    if _THOUSANDS_RE.match(s):
-        return _parse_scalar(s.replace(",", ""))
+    value, _ = split_unit(s)
+    if _THOUSANDS_RE.match(value):  # "1,000.99", "12,345 \\text{ m}^2"
+        return _parse_scalar(s.replace(",", "", value.count(",")))
     if decimal_comma and _DECIMAL_COMMA_RE.match(s):
         return _parse_scalar(s.replace(",", "."))
     parts = [p for p in _split_list(s) if p.strip()]
@@ -181,7 +183,7 @@ def _parse_element(s: str) -> Answer:
     if ops:
         if any(not p.strip() for p in pieces):
             raise AnswerParseError(f"relation with an empty side: {s!r}")
-        return Relation(tuple(ops), tuple(_parse_element(p) for p in pieces))
+        return Relation(tuple(ops), tuple(_parse_piece(p) for p in pieces))
     unions = _split_top(s, "\\cup")
     if len(unions) > 1:
         return Region(sympy.Union(*[_as_set(_parse_element(u)) for u in unions]))
@@ -191,6 +193,14 @@ def _parse_element(s: str) -> Answer:
     if bracketed is not None:
         return bracketed
     return _parse_scalar(s)
+
+
+def _parse_piece(s: str) -> Answer:
+    """One side of a relation; an unreadable middle step of a chain (``1 = \\zzz = 0``) becomes text."""
+    try:
+        return _parse_element(s)
+    except AnswerParseError:
+        return Text(" ".join(s.split()))
 
 
 def _expand_pm(s: str) -> Answer:
@@ -213,8 +223,7 @@ def _parse_brackets(s: str) -> Answer | None:
         inner = s[len("\\langle") : -len("\\rangle")]
         kind = "tuple"
     elif opener == "{" and closer == "}" and _wraps(s, 1):
-        inner = s[1:-1]
-        kind = "set"
+        return _parse_group(s[1:-1], False)  # a TeX group: "{1,3}" is printed as "1,3", a bare list
     elif opener in "([" and closer in ")]" and _wraps(s, 1):
         inner = s[1:-1]
         kind = "bracket"
@@ -384,6 +393,8 @@ def _is_assignment(answer: Answer) -> bool:
 
 def is_label(answer: Answer) -> bool:
     """True for the name side of an assignment: ``x``, ``f(x)``, ``y_1``, ``A:B``, ``NO/BO``, ``(p, q)``."""
+    if isinstance(answer, Choice):  # "D = (0, 1)": a capital letter on the left is a name
+        return True
     if isinstance(answer, Seq):
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):

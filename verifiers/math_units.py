@@ -85,7 +85,7 @@ _POWER = r"(?:\s*\^\s*(?:\{\s*(?P<pow1>[23])\s*\}|(?P<pow2>[23])))?"
 _TRAILING_TEXT_UNIT = re.compile(
     rf"(?P<unit>{_TEXT_WRAPPER}\{{\s*(?P<word>[A-Za-z][A-Za-z .\-/]*?)\s*\}}){_POWER}\s*$"
 )
-_TRAILING_PLAIN_UNIT = re.compile(rf"(?:(?<=[\d}}])(?=[A-Za-z]{{2}})|(?<=\s))(?P<word>(?:(?:square|sq\.?|cubic|cu\.?)\s+)?[A-Za-z]+(?:\s*/\s*[A-Za-z]+)?){_POWER}\s*$")
+_TRAILING_PLAIN_UNIT = re.compile(rf"(?:(?<=[\d}}])(?=[A-Za-z]{{2}}|[A-Za-z]\s*\^)|(?<=\s))(?P<word>(?:(?:square|sq\.?|cubic|cu\.?)\s+)?[A-Za-z]+(?:\s*/\s*[A-Za-z]+)?){_POWER}\s*$")
 _TRAILING_WORDS = re.compile(r"(?<=[\d}\s])\s*(?P<words>[A-Za-z]{3,}(?:\s+[A-Za-z]{3,})?)\s*$")
 _MATH_WORD = re.compile(r"^(?:sqrt|pi|exp|log|ln|sin|cos|tan|sec|csc|cot|inf|infty|infinity|and|or|frac|times|cdot)$|\b(?:and|or)\b")
 _LEADING_CURRENCY = re.compile(r"^(?:\\\$|\$|USD\s*|US\$|€|£|¥|₹|Rs\.?\s*)")
