@@ -69,7 +69,8 @@ class JudgeResult:
     """A program judged against all of its tests.
 
     passed: every test AC (and there was at least one). fraction: share of AC tests, in [0, 1].
-    backend: the sandbox that ran it (docker, bwrap, none). elapsed_s: wall-clock seconds of the judgement.
+    backend: the sandbox that ran it (docker, bwrap, none). elapsed_s: seconds its tests ran in the sandbox
+    (the sum of the tests' wall-clock times).
     error: set when the sandbox itself failed while judging (those tests then read RE).
     """
 

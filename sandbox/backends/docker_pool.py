@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections import defaultdict
@@ -88,7 +89,7 @@ class ContainerPool:
     def __init__(self, client: docker.DockerClient, image: str, idle_exit_s: float = 600.0) -> None:
         self.client, self.image, self.idle_exit_s = client, image, idle_exit_s
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self._idle: dict[ContainerSpec, list[Any]] = defaultdict(list)
+        self._idle: dict[ContainerSpec, list[tuple[Any, float]]] = defaultdict(list)  # (container, idle since)
         self._live: dict[str, Any] = {}
         self._lock = threading.Condition()
         self._starting = 0  # containers being created right now
@@ -98,12 +99,32 @@ class ContainerPool:
         _install_exit_cleanup()
 
     def acquire(self, spec: ContainerSpec) -> Any:
-        """An idle container made for spec, else a new one (started here, ~0.3-0.6 s)."""
+        """An idle container made for spec, else a new one (started here, ~0.3-0.6 s).
+
+        Raises SandboxError once the pool is closed, SandboxUnavailable when a container cannot start."""
+        return self._take_idle(spec) or self._start(spec)
+
+    def _take_idle(self, spec: ContainerSpec) -> Any | None:
+        stale = []
         with self._lock:
             if self._closed:
                 raise SandboxError("the container pool is closed (the process is exiting)")
-            if self._idle[spec]:
-                return self._idle[spec].pop()
+            fresh = None
+            while self._idle[spec] and fresh is None:
+                container, since = self._idle[spec].pop()
+                if time.monotonic() - since < 0.8 * self.idle_exit_s:
+                    fresh = container
+                else:  # its pid 1 may have exited (idle too long): never hand it out
+                    stale.append(container)
+                    self._live.pop(container.id, None)
+        for container in stale:
+            _remove(container)
+        return fresh
+
+    def _start(self, spec: ContainerSpec) -> Any:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the container pool is closed (the process is exiting)")
             self._starting += 1
         container = None
         try:
@@ -120,7 +141,7 @@ class ContainerPool:
                 if container is not None and not closed:
                     self._live[container.id] = container
                 self._lock.notify_all()
-        if closed:
+        if closed:  # close() ran while we were starting it
             _remove(container)
             raise SandboxError("the container pool is closed (the process is exiting)")
         return container
@@ -129,8 +150,8 @@ class ContainerPool:
         """Give a container back: kept warm when reusable, else killed and removed."""
         if reusable:
             with self._lock:
-                if container.id in self._live:
-                    self._idle[spec].append(container)
+                if container.id in self._live and not self._closed:
+                    self._idle[spec].append((container, time.monotonic()))
                     return
         self.discard(container)
 
@@ -138,9 +159,8 @@ class ContainerPool:
         """Kill and remove one container (no error if it is already gone)."""
         with self._lock:
             self._live.pop(container.id, None)
-            for idle in self._idle.values():
-                if container in idle:
-                    idle.remove(container)
+            for spec, idle in self._idle.items():
+                self._idle[spec] = [(c, t) for c, t in idle if c.id != container.id]
         _remove(container)
 
     def close(self, wait_s: float = 10.0) -> None:

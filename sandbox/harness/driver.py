@@ -56,6 +56,7 @@ class _Driver:
         self.runner_source = batch["runner"]
         self.nproc = batch.get("nproc")
         self.session = None  # the _RpcSession running now, for SIGALRM
+        self.dirty = False  # a clean-up failed: processes may survive, the sandbox must not be reused
         self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -69,12 +70,12 @@ class _Driver:
         sys.stdout.flush()
 
     def _report(self, job, test, status, detail="", started=None, proc=None, stdout=b"", value=None):
+        stderr = bytes(proc.err[-OUT_TAIL:]).decode("utf-8", "replace") if proc else ""
         self.emit({
             "job": job, "test": test, "status": status, "detail": detail,
             "elapsed_s": round(time.monotonic() - started, 4) if started else 0.0,
             "exit_code": proc.exit_code if proc else None, "signal": proc.signal if proc else None,
-            "stdout": stdout.decode("utf-8", "replace"),
-            "stderr": bytes(proc.err[-OUT_TAIL:]).decode("utf-8", "replace") if proc else "",
+            "stdout": stdout.decode("utf-8", "replace"), "stderr": stderr or (detail if status == "compile_error" else ""),
             "value": value,
         })
 
@@ -224,7 +225,7 @@ class _Driver:
         for i, job in enumerate(self.batch["jobs"]):
             self.prepare_workdir()
             self.run_job(i, job)
-            clean = self.kill_all() and self.wipe()
+            clean = self.kill_all() and self.wipe() and not self.dirty
             self.emit({"job": i, "done": True, "clean": clean})
             if not clean:
                 return  # the backend throws this sandbox away and reruns the rest elsewhere
@@ -252,8 +253,7 @@ class _Driver:
         problem = self.compile_error(job)
         if problem is not None:
             for j in range(n_tests):
-                self.emit({"job": i, "test": j, "status": "compile_error", "detail": problem, "elapsed_s": 0.0,
-                           "exit_code": None, "signal": None, "stdout": "", "stderr": problem, "value": None})
+                self._report(i, j, "compile_error", problem)
             return
         if job["kind"] == "stdio":
             for j, text in enumerate(job["inputs"]):
@@ -313,7 +313,7 @@ class _Driver:
         except _Abort as abort:
             status, detail = abort.status, abort.detail
         self.end_process(proc)
-        self.kill_all()  # daemons the program left must not see the next test
+        self.dirty |= not self.kill_all()  # daemons the program left must not see the next test
         self._report(i, j, status, detail, started, proc, stdout=bytes(proc.out[: job["output_bytes"]]))
 
 
@@ -356,7 +356,7 @@ class _RpcSession:
     def stop(self):
         if self.proc is not None:
             self.d.end_process(self.proc)
-            self.d.kill_all()
+            self.d.dirty |= not self.d.kill_all()
             self.proc = None
 
     def call(self, fn, args, kwargs):
