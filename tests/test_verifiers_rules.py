@@ -94,3 +94,8 @@ def test_boxed_format() -> None:
     assert boxed_format("so \\boxed{ }", {}) == 0.0
     assert boxed_format("so \\boxed{3", {}) == 0.0
     assert boxed_format("so 3", {}) == 0.0
+
+
+def test_format_ignores_a_trailing_end_of_turn_token() -> None:
+    assert check_r1_format("<think>x</think><answer>4</answer>\n<|im_end|>").ok
+    assert not check_r1_format("<think>x</think><answer>4</answer><|im_end|> more").ok

@@ -22,6 +22,7 @@ from verifiers.math_extract import find_boxed
 from verifiers.registry import verifier
 
 _TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+_END_OF_TURN = re.compile(r"(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|</s>|<｜end▁of▁sentence｜>|<end_of_turn>))+\s*$")
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ def check_r1_format(
     """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then only
     whitespace.
 
-    Leading whitespace is allowed before the think block and only whitespace between the two blocks. Tags
-    are case-sensitive. When the chat template already put ``<think>`` in the prompt (``prefilled_think``),
+    Leading whitespace is allowed before the think block and only whitespace between the two blocks; a
+    trailing end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When the chat template already put ``<think>`` in the prompt (``prefilled_think``),
     the completion starts inside the think block, so the opening tag is added back before checking (a
     completion that repeats it is accepted too).
 
@@ -56,7 +57,7 @@ def check_r1_format(
     if think_tag == answer_tag:
         raise ValueError(f"think_tag and answer_tag must differ, both are {think_tag!r}")
     t_open, t_close, a_open, a_close = f"<{think_tag}>", f"</{think_tag}>", f"<{answer_tag}>", f"</{answer_tag}>"
-    text = completion
+    text = _END_OF_TURN.sub("", completion)  # an end-of-turn token kept by the decoder is not trailing text
     if prefilled_think and not text.lstrip().startswith(t_open):
         text = t_open + text
     for tag in (t_open, t_close, a_open, a_close):
