@@ -86,6 +86,8 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
             return MathVerdict(None, gold_text, pred_text, "gold unparseable")
         return MathVerdict(False, gold_text, pred_text, "answer unparseable")
     if isinstance(gold_answer, Scalar) and gold_answer.too_large:
+        if isinstance(pred_answer, Scalar) and pred_answer.too_large and answers_equal(gold_answer, pred_answer, cfg):
+            return MathVerdict(True, gold_text, pred_text, "same expression")
         return MathVerdict(None, gold_text, pred_text, "gold too large to evaluate")
     if isinstance(pred_answer, Scalar) and pred_answer.too_large:
         return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")

@@ -232,7 +232,13 @@ def _may_open_env(text: str, i: int) -> bool:
 
 def _reduce(candidate: str) -> str | None:
     """Turn the text after an anchor (or one sentence) into just the answer."""
-    candidate = candidate[-2000:].strip().strip("*").strip()
+    if len(candidate) > 2000:  # keep the work bounded: the last 2000 characters, from a token boundary
+        tail = candidate[-2000:]
+        cut = re.search(r"\s", tail)
+        if cut is None:
+            return None
+        candidate = tail[cut.end() :]
+    candidate = candidate.strip().strip("*").strip()
     candidate = re.sub(r"^[\"'“”]+|[\"'“”]+$", "", candidate).strip()
     if not candidate:
         return None

@@ -377,7 +377,11 @@ def _bound(e: sympy.Basic) -> float:
         if x > 400:  # the exponent alone is astronomically large
             return math.inf
         value = abs(complex(exponent.evalf(15)))
-        return math.inf if value > 1e7 else b * max(value, 1.0) + x
+        if value > 1e7:
+            return math.inf
+        if base.is_Rational:  # digits of p**n and q**n: n * log10 of the larger
+            b = math.log10(max(abs(int(base.p)), abs(int(base.q)), 2)) + 1e-9
+        return b * max(value, 1.0) + x
     if isinstance(e, (sympy.factorial, sympy.gamma, sympy.factorial2, sympy.binomial, sympy.RisingFactorial)):
         inner = sum(_bound(a) for a in e.args)
         if inner > 400:
