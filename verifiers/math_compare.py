@@ -22,7 +22,6 @@ Rules, each a known failure of looser checkers:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 import sympy
 from sympy.core.function import AppliedUndef
@@ -299,15 +298,30 @@ def _single_relations_equal(gold: Relation, pred: Relation) -> bool:
     p_kind, h = _normal_form(pred)
     if g_kind != p_kind:
         return False
-    try:
-        ratio = sympy.cancel(sympy.simplify(f / h))
-    except Exception:  # noqa: BLE001
-        return False
-    if ratio.free_symbols or ratio == 0 or not ratio.is_finite:
+    ratio = _constant_ratio(f, h)
+    if ratio is None or ratio == 0:
         return False
     if g_kind in ("=", "!="):
         return True
-    return bool(ratio.is_positive)
+    return ratio.real > 0 and abs(ratio.imag) < 1e-12
+
+
+def _constant_ratio(f: sympy.Expr, h: sympy.Expr) -> complex | None:
+    """``f / h`` when it is the same number at every sample point (one equation a multiple of the other)."""
+    free = f.free_symbols | h.free_symbols
+    ratios = [a / b for a, b in _sample_values((f, h), free) if abs(b) > 1e-12]
+    if len(ratios) >= (3 if free else 1):
+        first = ratios[0]
+        if all(abs(r - first) <= 1e-9 * max(1.0, abs(first)) for r in ratios):
+            return first
+        return None
+    try:  # too few usable points: ask sympy
+        ratio = sympy.cancel(sympy.simplify(f / h))
+    except Exception:  # noqa: BLE001
+        return None
+    if ratio.free_symbols or not ratio.is_finite:
+        return None
+    return complex(ratio)
 
 
 def _relation_to_set(rel: Relation) -> sympy.Set | None:
@@ -461,32 +475,33 @@ def _terminating_digits(value: sympy.Rational) -> int | None:
 
 
 def _symbolic_equal(g: sympy.Expr, p: sympy.Expr, cfg: CompareConfig) -> bool:
-    try:
-        if sympy.expand(g - p) == 0:
-            return True
-    except Exception:  # noqa: BLE001
-        pass
-    symbols = sorted(g.free_symbols | p.free_symbols, key=str)
+    """Equal when they agree at every sample point (at least 3 usable) or sympy proves ``g - p == 0``.
+
+    Sample points first: substituting numbers is cheap where ``expand``/``simplify`` can take seconds
+    (``(a+b+c+d+e)^{40}``) or fail (``\\tan^2 y + 1`` vs ``\\sec^2 y``)."""
     if g.has(sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative, AppliedUndef) or p.has(
         sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative, AppliedUndef
     ):
-        return _simplify_zero(g - p)
-    agreed = 0
-    for shift, _ in product(range(len(_SAMPLE_POINTS)), [None]):
-        point = {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
-        try:
-            a = complex(g.subs(point).evalf(30))
-            b = complex(p.subs(point).evalf(30))
-        except (TypeError, ValueError, ArithmeticError):
-            continue
-        if not all(map(_finite, (a, b))):
-            continue
-        if abs(a - b) > 1e-12 * max(1.0, abs(a), abs(b)):
-            return False
-        agreed += 1
-    if agreed >= 3:
+        return _simplify_zero(g - p)  # sample values would make bounds and functions meaningless
+    pairs = list(_sample_values((g, p), g.free_symbols | p.free_symbols))
+    if any(abs(a - b) > 1e-12 * max(1.0, abs(a), abs(b)) for a, b in pairs):
+        return False
+    if len(pairs) >= 3:
         return True
     return _simplify_zero(g - p)
+
+
+def _sample_values(exprs: tuple[sympy.Expr, ...], free: set[sympy.Basic]):
+    """Yield the values of ``exprs`` (complex) at fixed, distinct sample points where all are finite."""
+    symbols = sorted(free, key=str)
+    for shift in range(len(_SAMPLE_POINTS)):
+        point = {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
+        try:
+            values = tuple(complex(e.subs(point).evalf(30)) for e in exprs)
+        except (TypeError, ValueError, ArithmeticError, RecursionError):
+            continue
+        if all(map(_finite, values)):
+            yield values
 
 
 def _finite(z: complex) -> bool:
