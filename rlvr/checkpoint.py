@@ -1,7 +1,8 @@
 """Atomic, resumable checkpoints: ``checkpoints/step-N/`` is written as ``.tmp-step-N`` and renamed when complete, so a
 crash (even ``kill -9``) mid-save leaves the previous checkpoint whole and no half folder that looks finished.
 
-A checkpoint holds: ``model/`` (HF format, loadable with ``from_pretrained``, with the tokenizer), ``deepspeed/``
+A checkpoint holds: ``model/`` (HF format, loadable with ``from_pretrained``, with the tokenizer; under ZeRO-3 saved
+from gathered parameters), ``deepspeed/``
 (every rank's parameters, optimizer and LR-scheduler state, via ``engine.save_checkpoint``), ``rng-rank{r}.pt`` (Python,
 NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curriculum and KL-controller state).
 """
@@ -56,6 +57,20 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return ckpts[-1][1] if ckpts else None
 
 
+def gathered_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
+    """The model's full state dict on rank 0 when ZeRO-3 partitions its parameters, else ``None`` (the HF model's own
+    tensors are complete then).
+
+    Under ZeRO-3 each rank's ``module.state_dict()`` holds empty partition stubs: saving it writes a model of
+    zero-size tensors. DeepSpeed's ``_zero3_consolidated_16bit_state_dict`` gathers one layer at a time onto rank 0's
+    CPU (in the parameters' own dtype, fp32 here, despite its name). A collective: every rank must call this.
+    """
+    partitioned = getattr(engine, "zero_optimization_partition_weights", None)
+    if partitioned is None or not partitioned():
+        return None
+    return engine._zero3_consolidated_16bit_state_dict()
+
+
 def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Module, tokenizer: Any,
                     trainer_state: dict[str, Any], keep: int, rank: int) -> Path:
     """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints.
@@ -72,8 +87,9 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
     _barrier()
     engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
     torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+    full_state = gathered_state_dict(engine)  # every rank takes part in the ZeRO-3 gathers
     if rank == 0:
-        hf_model.save_pretrained(tmp / "model", safe_serialization=True)
+        hf_model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full_state)
         tokenizer.save_pretrained(tmp / "model")
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1, default=str))
     _barrier()

@@ -209,6 +209,9 @@ class OptimConfig(_Section):
     grad_clip: float | None = Field(1.0, gt=0)
     micro_batch_size: int = Field(8, gt=0)
     """Sequences per forward/backward (memory knob); gradients are accumulated to the mini-batch."""
+    micro_batch_tokens: int | None = Field(None, gt=0)
+    """Padded tokens (rows x longest prompt+response) per forward/backward at most, on top of ``micro_batch_size``:
+    bounds activation memory for long responses (memory knob; the loss is the same). ``None`` = rows only."""
 
 
 # --------------------------------------------------------------------------------------------------------- trainer
@@ -216,6 +219,10 @@ class TrainerConfig(_Section):
     steps: int = Field(50, gt=0)
     zero_stage: Literal[0, 1, 2, 3] = 0
     offload_optimizer: bool = False
+    """ZeRO-Offload: optimizer states and step on the CPU (DeepSpeed's CPU Adam); frees GPU memory, costs step time."""
+    deepspeed_config: dict[str, Any] = Field(default_factory=dict)
+    """Extra DeepSpeed config merged over the one rlvr builds, e.g. ``{zero_optimization: {offload_param: {device:
+    cpu}}}`` (ZeRO-3 parameter offload) or ``{zero_optimization: {stage3_param_persistence_threshold: 0}}``."""
     bf16: bool = True
     """bf16 autocast for rollouts and forward passes; log-probs, losses and master weights stay fp32."""
     save_every: int = Field(0, ge=0)

@@ -65,3 +65,29 @@ def all_gather_objects(obj: object) -> list[object]:
         dist.all_gather_object(out, obj)
         return out
     return [obj]
+
+
+def all_reduce_max(value: int) -> int:
+    """The largest ``value`` over ranks (``value`` itself with one process)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+    return value
+
+
+def record_grad_norm_without_zero(engine: object) -> None:
+    """Make ``engine.get_global_grad_norm()`` answer at ZeRO stage 0, where DeepSpeed computes the norm while clipping
+    but does not keep it (``DeepSpeedEngine.clip_fp32_gradients``); with ZeRO 1-3 its optimizer keeps it already.
+
+    Needs ``gradient_clipping > 0`` in the DeepSpeed config (use ``inf`` to measure without clipping). The norm is of the
+    gradients after the reduction over ranks, so it is the same on every rank and equal to a 1-rank run's.
+    """
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    def clip_and_record() -> None:
+        norm = clip_grad_norm_(parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(),
+                               mpu=engine.mpu)
+        engine._global_grad_norm = float(norm)
+
+    engine.clip_fp32_gradients = clip_and_record

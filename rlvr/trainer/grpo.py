@@ -28,7 +28,7 @@ import torch
 
 from rlvr import checkpoint as ckpt
 from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
-from rlvr.config import Recipe, dump_recipe
+from rlvr.config import Recipe, _deep_merge, dump_recipe
 from rlvr.data.prompts import Prompt, build_prompt_set
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
@@ -42,7 +42,9 @@ from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_m
 from rlvr.plots import plot_curves
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
-from rlvr.trainer.distributed import DistInfo, all_gather_objects, all_reduce_sum, init_distributed
+from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
+                                     init_distributed, record_grad_norm_without_zero)
+from rlvr.trainer.micro_batches import plan_micro_batches
 from rlvr.trainer.progress import TrainProgress
 from verifiers.reward import RewardFunction, VerifierSpec
 from verifiers.registry import get_verifier
@@ -107,6 +109,13 @@ class GRPOTrainer:
         if r.rollout.prompts_per_step % self.dist.world_size:
             raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
                              f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
+        if (r.rollout.engine == "hf" and r.trainer.zero_stage == 3 and self.dist.world_size > 1
+                and rollout_engine is None):
+            # HF generate runs one forward per new token, and each rank stops when its own samples end: under ZeRO-3
+            # every forward is a collective parameter gather, so the ranks would wait on each other forever
+            raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
+                             "parameters in every generation step, and ranks stop generating at different steps): use "
+                             "rollout.engine=vllm, or trainer.zero_stage <= 2")
         if resume and ckpt.latest_checkpoint(self.run_dir) is None:
             raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
 
@@ -197,13 +206,17 @@ class GRPOTrainer:
             # we call backward() once per micro-batch with loss already normalised by the mini-batch's global token/
             # sample count, then step() once per mini-batch: DeepSpeed must not rescale or step on its own
             "managed_gradient_accumulation": False,
-            "gradient_clipping": r.optim.grad_clip or 0.0,
+            # inf at stage 0 without clipping: DeepSpeed then still computes the norm that train/grad_norm reports
+            "gradient_clipping": r.optim.grad_clip or (float("inf") if r.trainer.zero_stage == 0 else 0.0),
             "zero_optimization": zero,
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
+        ds_config = _deep_merge(ds_config, r.trainer.deepspeed_config)
         engine, _, _, _ = deepspeed.initialize(model=self.model, optimizer=optimizer, lr_scheduler=scheduler,
                                                config=ds_config)
+        if r.trainer.zero_stage == 0:
+            record_grad_norm_without_zero(engine)
         return engine
 
     def _build_rollout_engine(self) -> Any:
@@ -360,16 +373,36 @@ class GRPOTrainer:
     @torch.no_grad()
     def _logprobs(self, model: Any, batch: RolloutBatch) -> torch.Tensor:
         out = torch.zeros_like(batch.response_mask)
-        for idx in self._micro_batches(list(range(batch.num_samples))):
+        for idx in self._micro_batches(batch, list(range(batch.num_samples)), synced=model is self.engine):
+            if not idx:
+                self._idle_pass(backward=False)
+                continue
             ids, am, t = self._trim(batch, idx)
             lp, _ = response_logprobs(model, ids, am, t, temperature=self.recipe.rollout.temperature,
                                       autocast_dtype=self.autocast_dtype)
             out[idx, :t] = lp.float().cpu()
         return out
 
-    def _micro_batches(self, indices: list[int]) -> list[list[int]]:
-        m = self.recipe.optim.micro_batch_size
-        return [indices[i:i + m] for i in range(0, len(indices), m)]
+    def _micro_batches(self, batch: RolloutBatch, indices: list[int], synced: bool = True) -> list[list[int]]:
+        """Micro-batches by rows and padded tokens (``optim.micro_batch_size``/``micro_batch_tokens``). Under ZeRO-3
+        with several ranks (and ``synced``), padded with empty ones to the largest count over ranks: every forward
+        gathers parameters collectively, so all ranks must run as many (ranks can hold different sample counts, e.g.
+        after dynamic sampling)."""
+        o = self.recipe.optim
+        lengths = [len(batch.prompt_of(i).token_ids) + len(batch.completions[i].token_ids) for i in indices]
+        plan = plan_micro_batches(indices, lengths, o.micro_batch_size, o.micro_batch_tokens)
+        if synced and self.recipe.trainer.zero_stage == 3 and self.dist.world_size > 1:
+            plan += [[] for _ in range(all_reduce_max(len(plan)) - len(plan))]
+        return plan
+
+    def _idle_pass(self, backward: bool) -> None:
+        """One token through the DeepSpeed engine with zero loss: joins the ZeRO-3 parameter gathers (and the
+        backward's) of a micro-batch this rank does not have."""
+        ids = torch.full((1, 1), int(self.tokenizer.pad_token_id), dtype=torch.long, device=self.dist.device)
+        with torch.set_grad_enabled(backward):
+            logits = self.engine(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+            if backward:
+                self.engine.backward(logits.float().sum() * 0.0, scale_wrt_gas=False)
 
     def _trim(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The micro-batch's rows with all-padding columns cut off: leading prompt padding and trailing response
@@ -401,12 +434,15 @@ class GRPOTrainer:
             order = torch.randperm(n, generator=gen).tolist() if (a.ppo_epochs > 1 or a.mini_batches > 1) \
                 else list(range(n))
             size = math.ceil(n / a.mini_batches) if n else 0
-            for mb_start in range(0, max(n, 1), max(size, 1)):
-                mb = order[mb_start:mb_start + size]
+            for mb_index in range(a.mini_batches):  # as many optimizer steps on every rank, even one with no samples
+                mb = order[mb_index * size:(mb_index + 1) * size]
                 mask_mb = batch.response_mask[mb] if mb else torch.zeros(0, 1)
                 global_tokens = float(all_reduce_sum(mask_mb.sum().reshape(1))[0])
                 global_seqs = float(all_reduce_sum(torch.tensor([float(len(mb))]))[0])
-                for idx in self._micro_batches(mb):
+                for idx in self._micro_batches(batch, mb):
+                    if not idx:
+                        self._idle_pass(backward=True)
+                        continue
                     ids, am, t = self._trim(batch, idx)
                     mask = batch.response_mask[idx, :t].to(ids.device)
                     logp, entropy = response_logprobs(self.engine, ids, am, t, temperature=r.rollout.temperature,
@@ -437,7 +473,7 @@ class GRPOTrainer:
                     add("tokens", ntok)
                     add("clip_fraction", float(out.clipped.sum()))
                     add("ratio", float(out.ratio.sum()))
-                    if epoch == 0 and mb_start == 0 or a.ppo_epochs == 1 and a.mini_batches == 1:
+                    if epoch == 0 and mb_index == 0 or a.ppo_epochs == 1 and a.mini_batches == 1:
                         add("entropy_tokens", ntok)
                         add("entropy", float((entropy.detach() * mask).sum()))
                         rollout_lp = batch.rollout_logprobs[idx, :t].to(ids.device)

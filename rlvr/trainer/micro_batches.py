@@ -1,0 +1,46 @@
+"""Splitting a mini-batch into micro-batches (one forward/backward each) by rows and by padded tokens.
+
+A fixed row count is wrong for long responses: 8 rows of 16k tokens need 64x the activations of 8 rows of 256. With a
+token budget, a micro-batch holds as many rows as fit in ``max_tokens`` padded tokens (rows x longest row), so memory
+per forward is bounded whatever the response lengths; short responses still batch together.
+"""
+
+from __future__ import annotations
+
+
+def plan_micro_batches(indices: list[int], lengths: list[int], max_rows: int,
+                       max_tokens: int | None = None) -> list[list[int]]:
+    """Greedy split of ``indices`` (kept in order) into micro-batches.
+
+    Args:
+        indices: sample indices of one mini-batch, in the order they should be processed.
+        lengths: padded-token cost of each sample (prompt + response tokens), aligned with ``indices``.
+        max_rows: rows per micro-batch at most (``optim.micro_batch_size``).
+        max_tokens: ``rows x longest row`` per micro-batch at most (``optim.micro_batch_tokens``); ``None`` = rows only.
+            A single row longer than the budget gets a micro-batch of its own.
+    Returns:
+        lists of indices, covering ``indices`` exactly once, in order.
+    Raises:
+        ValueError: ``max_rows < 1``, ``max_tokens < 1`` or ``lengths`` not aligned with ``indices``.
+    """
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    if len(lengths) != len(indices):
+        raise ValueError(f"{len(lengths)} lengths for {len(indices)} indices")
+    plan: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index, length in zip(indices, lengths, strict=True):
+        widest = max(longest, length)
+        too_many_rows = len(current) + 1 > max_rows
+        too_many_tokens = max_tokens is not None and (len(current) + 1) * widest > max_tokens
+        if current and (too_many_rows or too_many_tokens):
+            plan.append(current)
+            current, widest = [], length
+        current.append(index)
+        longest = widest
+    if current:
+        plan.append(current)
+    return plan
