@@ -96,7 +96,7 @@ def run_batch(channel: Channel, jobs: Sequence[Job], request: bytes) -> BatchOut
         outcome.reusable = True
     except TimeoutError:
         outcome.broken = "the sandbox driver went silent past its deadline"
-    except (_Broken, OSError, ValueError) as e:
+    except (_Broken, OSError, ValueError, RecursionError) as e:
         outcome.broken = f"{e}; driver stderr: {channel.diagnostics()[-500:]}"
     return outcome
 

@@ -9,9 +9,9 @@ For stdio tests (`Checker.same_output`):
             expected number, other tokens must be equal; the token counts must match ("float_1e-6" and a
             bare "float" (TOL 1e-6) are accepted too);
   json      both parse as JSON and are the same value (`same_value`).
-For call tests (`Checker.same_value`) the returned value, in JSON form (tuples are lists, sets sorted
-lists, dict keys strings), must equal the expected one: bools only equal bools, numbers compare as numbers
-(within TOL for float:TOL), strings, lists and dicts exactly.
+For call tests (`Checker.same_value`) the returned value, in JSON form (`json_form`: tuples are lists,
+sets sorted lists, dict keys strings), must equal the expected one: bools only equal bools, numbers compare
+as numbers (within TOL for float:TOL), strings, lists and dicts exactly.
 """
 from __future__ import annotations
 
@@ -56,13 +56,14 @@ class Checker:
             return True, ""
         try:
             g_value = json.loads(got)
-        except ValueError:
+        except (ValueError, RecursionError):
             return False, "output is not JSON"
         return self.same_value(g_value, json.loads(expected))
 
     def same_value(self, got: Any, expected: Any) -> tuple[bool, str]:
-        """Whether a returned value (any plain data) equals the expected JSON value; reason when not."""
-        ok = _same(to_json_value(got), expected, self.tol if self.kind == "float" else 0.0)
+        """Whether `got`, a value in JSON form (see `json_form`), equals the expected JSON value; reason
+        when not."""
+        ok = _same(got, expected, self.tol if self.kind == "float" else 0.0)
         return (True, "") if ok else (False, f"returned {_short(repr(got))}, expected {_short(repr(expected))}")
 
 
@@ -84,23 +85,31 @@ def parse_checker(name: str) -> Checker:
     raise ValueError(f"unknown checker {name!r}; valid checkers: {', '.join(CHECKERS)}")
 
 
-def to_json_value(value: Any) -> Any:
-    """The JSON form of plain data: tuples become lists, sets sorted lists, dict keys strings, bytes text."""
-    if isinstance(value, (tuple, list)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [to_json_value(v) for v in value]
+def json_form(data: Any) -> Any:
+    """The JSON form of a value in `sandbox.harness.codec` form (as a program's call returned it): tuples
+    become lists, sets sorted lists, dict keys strings, bytes text, complex [real, imag]. It builds no set
+    and hashes no key the program chose (only strings), so crafted hash collisions cannot stall the host.
+    Raises ValueError for an unknown tag."""
+    if isinstance(data, list):
+        return [json_form(x) for x in data]
+    if not isinstance(data, dict):
+        return data
+    tag, v = data.get("~"), data.get("v")
+    if tag == "tuple":
+        return [json_form(x) for x in v]
+    if tag in ("set", "frozenset"):
+        items = [json_form(x) for x in v]
         try:
             return sorted(items)
         except TypeError:
             return sorted(items, key=repr)
-    if isinstance(value, dict):
-        return {_json_key(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, complex):
-        return [value.real, value.imag]
-    return value
+    if tag == "dict":
+        return {_json_key(json_form(k)): json_form(x) for k, x in v}
+    if tag == "bytes":
+        return bytes.fromhex(v).decode("utf-8", "replace")
+    if tag == "complex":
+        return [v[0], v[1]]
+    raise ValueError(f"unknown value tag {tag!r}")
 
 
 def _json_key(key: Any) -> str:

@@ -1,7 +1,7 @@
 """From what happened (`ExecResult`) to verdicts: the comparison with expected outputs, on the host."""
 from __future__ import annotations
 
-from sandbox.harness.codec import decode
+from sandbox.checkers import json_form
 from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
 
@@ -30,8 +30,8 @@ def judge_test(job: Job, index: int, result: ExecResult) -> TestVerdict:
         ok, reason = checker.same_output(result.stdout, job.tests[index]["output"])
     elif job.test_type == "call":
         try:
-            value = decode(result.value)
-        except (ValueError, TypeError, KeyError) as e:
+            value = json_form(result.value)
+        except (ValueError, TypeError, KeyError, RecursionError) as e:
             return TestVerdict(index, Verdict.RE, f"unreadable return value: {e}", result)
         ok, reason = checker.same_value(value, job.tests["cases"][index]["expected"])
     else:

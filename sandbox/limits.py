@@ -1,7 +1,7 @@
 """Resource limits for one program run: `Limits`, with units in every field name."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 
@@ -52,7 +52,3 @@ class Limits:
             if key not in valid:
                 raise ValueError(f"unknown limit {key!r}; valid limits: {', '.join(valid)}")
         return cls(**data)
-
-    def as_dict(self) -> dict[str, float]:
-        """The limits as a plain dict (for logs and JSON)."""
-        return asdict(self)

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from sandbox.checkers import Checker, parse_checker
+from sandbox.checkers import Checker, json_form, parse_checker
 from sandbox.harness.codec import EncodeError, decode, encode
 
 
@@ -76,12 +76,20 @@ def test_json_checker_compares_values():
     ("1", 1, False),
 ])
 def test_value_comparison_for_call_tests(got, expected, ok):
-    assert parse_checker("json").same_value(got, expected)[0] is ok
+    # as on the host: the value arrives encoded by the sandbox, then is put in JSON form
+    assert parse_checker("json").same_value(json_form(encode(got)), expected)[0] is ok
 
 
 def test_value_comparison_with_float_tolerance():
     assert parse_checker("float:1e-6").same_value([0.3333333], [1 / 3])[0] is True
     assert parse_checker("json").same_value([0.3333333], [1 / 3])[0] is False
+
+
+def test_json_form_hashes_nothing_the_program_chose():
+    colliding = [k * (2**61 - 1) for k in range(50_000)]  # all hash to 0: a set of them takes minutes
+    encoded = {"~": "set", "v": colliding}
+    assert json_form(encoded) == sorted(colliding)
+    assert json_form({"~": "dict", "v": [[{"~": "tuple", "v": [1, 2]}, 3]]}) == {"[1, 2]": 3}
 
 
 @pytest.mark.parametrize("name", ["line", "float:abc", "float:-1", "", 3])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
 import time
 from pathlib import Path
 from typing import Any, Hashable, Sequence
@@ -69,10 +68,11 @@ class DockerBackend(Backend):
         problem = docker_problem()
         if problem:
             raise SandboxUnavailable(problem)
-        self.client = docker.from_env(timeout=60)
+        self._workers = workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)
+        # every worker holds one connection (its exec socket) plus short API calls: size the pool for them
+        self.client = docker.from_env(timeout=60, max_pool_size=2 * self._workers + 4)
         idle = idle_exit_s if idle_exit_s is not None else float(os.environ.get("RLVR_SANDBOX_IDLE_S", 600))
         self.pool = ContainerPool(self.client, image_name(), idle_exit_s=idle)
-        self._workers = workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)
 
     def workers(self) -> int:
         return self._workers
@@ -115,7 +115,6 @@ class ExecChannel:
         self._out = bytearray()
         self._err = bytearray()
         self._eof = False
-        self._lock = threading.Lock()
 
     def send(self, data: bytes) -> None:
         self._sock.settimeout(60)

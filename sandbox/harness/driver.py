@@ -176,7 +176,8 @@ class _Driver:
 
     def pump(self, proc, cap, until, want_reply=False):  # noqa: C901 - one select loop
         """Read proc's stdout, stderr (and replies, fd proc.rep_r) until `want_reply` is met or, without it,
-        until the process exited and closed its output. Raises _Abort on deadline or output over cap."""
+        until the process exited and every holder of its stdout closed it. Raises _Abort on deadline or
+        output over cap."""
         while True:
             if want_reply and b"\n" in proc.rep:
                 line, _, rest = bytes(proc.rep).partition(b"\n")
@@ -185,9 +186,11 @@ class _Driver:
             open_fds = [fd for fd in (proc.out_r, proc.err_r, proc.rep_r) if fd is not None]
             if want_reply and proc.rep_r is None:
                 self.wait_exit(proc, time.monotonic() + 1.0)
+                proc.read_stderr_left()
                 raise _Abort(*proc.death_status())
-            if not want_reply and not open_fds:
+            if not want_reply and proc.out_r is None:  # stdout closed by every holder; stderr may linger
                 if self.wait_exit(proc, until):
+                    proc.read_stderr_left()
                     return None
             left = until - time.monotonic()
             if left <= 0:
@@ -475,6 +478,23 @@ class _Proc:
         elif os.WIFSIGNALED(status):
             self.signal = os.WTERMSIG(status)
         self.cpu_s = usage.ru_utime + usage.ru_stime
+
+    def read_stderr_left(self):
+        """Read what is already in the stderr pipe (the end of a traceback) without waiting for more."""
+        if self.err_r is None:
+            return
+        os.set_blocking(self.err_r, False)
+        try:
+            while True:
+                chunk = os.read(self.err_r, 65536)
+                if not chunk:
+                    self.close_fd(self.err_r)
+                    return
+                self.err_total += len(chunk)
+                self.err += chunk
+                del self.err[:-OUT_TAIL]
+        except BlockingIOError:
+            pass
 
     def close_fd(self, fd):
         os.close(fd)
