@@ -81,6 +81,9 @@ CASES = [
      "            try:\n                data = open('/proc/%s/%s' % (pid, name), 'rb').read(1 << 20)\n            except Exception:\n"
      "                continue\n            m = re.search(rb'== (\\d{9})', data)\n            if m:\n                return int(m.group(1))\n    return 0\n",
      False, "WA"),
+    ("cheat-shadow-builtin", "assert", "assert abs(half(3) - 1.5) < 1e-9\nassert abs(half(1) - 0.5) < 1e-9\n", "lines",
+     "def abs(x):\n    return 0\ndef half(x):\n    return 0\n", False, "WA"),
+    ("cheat-garbage-on-answer-channel", "call", MUL_CALL, "json", "import os\nos.write(4, b'[1, 2]\\n')\ndef mul(a, b):\n    return a * b\n", False, "RE"),
     ("cheat-kill-everyone", "stdio", ADD[:1], "lines", "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint(7)\n", False, {"RE", "WA"}),
     ("net-loopback", "stdio", ADD[:1], "lines", "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 8080), timeout=1)\n    print('connected')\nexcept OSError:\n    print(-1)\n", False, "WA"),
     ("read-outside", "stdio", ADD, "lines", "s = ''\nfor p in ['/etc/shadow', '/root/.ssh/id_rsa', '/proc/1/environ']:\n    try:\n        s += open(p).read()\n    except Exception:\n        pass\nprint(sum(map(int, input().split())))\n", True, None),

@@ -20,6 +20,7 @@ Why the program cannot fool it although it shares our uid:
 - after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
   private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
 """
+import builtins
 import ctypes
 import fcntl
 import json
@@ -332,8 +333,6 @@ class _RpcSession:
         self.abort = None  # the _Abort that ended the runner during the current test
         self.until = 0.0  # deadline (monotonic s) of the current test
         self.in_unit = False
-        import builtins
-
         self.namespace = {"__name__": "tests", "__builtins__": builtins}
 
     def start(self):
@@ -349,12 +348,17 @@ class _RpcSession:
         proc.req_w, proc.rep_r, proc.limit_s = req_w, rep_r, budget_s
         self.proc = self.last_proc = proc
         try:
-            line = self.d.pump(proc, self.job["output_bytes"], time.monotonic() + self.job["time_s"], True)
+            names = _reply(self.d.pump(proc, self.job["output_bytes"], time.monotonic() + self.job["time_s"], True),
+                           "ready")
+            if not isinstance(names, list):
+                raise _Abort("error", "the program wrote to the sandbox's answer channel")
         except _Abort:
             self.stop()
             raise
-        for name in json.loads(line)["ready"]:
-            self.namespace.setdefault(name, _Proxy(self, name))
+        for name in names:
+            # Never a builtin's name: a program defining abs() must not change what abs() means in the tests.
+            if isinstance(name, str) and name.isidentifier() and not hasattr(builtins, name):
+                self.namespace.setdefault(name, _Proxy(self, name))
 
     def stop(self):
         if self.proc is not None:
@@ -373,13 +377,13 @@ class _RpcSession:
                 _write_all(self.proc.req_w, (request + "\n").encode("utf-8"))
             except BrokenPipeError:
                 pass  # it is gone; pump reports how it ended
-            answer = json.loads(self.d.pump(self.proc, self.job["output_bytes"], self.until, True))
+            answer = _reply(self.d.pump(self.proc, self.job["output_bytes"], self.until, True), "ok", "err")
         except _Abort as abort:
             self.abort = abort
             raise
         if "ok" in answer:
             return decode(answer["ok"])
-        raise _program_error(answer.get("err", "Exception"), answer.get("msg", ""))
+        raise _program_error(str(answer["err"]), str(answer.get("msg", "")))
 
     def run(self):
         units = self.job["cases"] if self.job["kind"] == "call" else self.job["units"]
@@ -442,6 +446,18 @@ class _RpcSession:
         if self.in_unit:
             signal.setitimer(signal.ITIMER_REAL, 0.05)  # keeps firing if the test code swallows it
             raise _Abort("timeout", "no result within %.3g s" % self.job["time_s"])
+
+
+def _reply(line, *keys):
+    """The runner's answer line as a dict holding one of keys (for "ready": its value); _Abort when it is
+    anything else (a program writing to the answer channel itself)."""
+    try:
+        answer = json.loads(line)
+    except (ValueError, RecursionError):
+        answer = None
+    if not isinstance(answer, dict) or not any(k in answer for k in keys):
+        raise _Abort("error", "the program wrote to the sandbox's answer channel")
+    return answer[keys[0]] if keys == ("ready",) else answer
 
 
 class _Proxy:
@@ -539,8 +555,6 @@ class _Proc:
 def _program_error(name, message):
     """Rebuild an exception the program raised: the builtin type of that name when there is one (so that
     tests catching ValueError still work), else RuntimeError; marked as coming from the program."""
-    import builtins
-
     cls = getattr(builtins, name, None)
     if not (isinstance(cls, type) and issubclass(cls, Exception)):
         cls, message = RuntimeError, "%s: %s" % (name, message)
