@@ -46,7 +46,11 @@ def split_rows(rows: list[dict[str, Any]], cfg: DataConfig, seed: int
             seen.add(key)
             unique.append(row)
     random.Random(seed).shuffle(unique)
-    n_eval = min(cfg.eval_size, len(unique) // 2) if cfg.eval_size else 0
+    if cfg.eval_size and len(unique) <= cfg.eval_size + cfg.few_shot:
+        raise DataError(f"data.eval_size={cfg.eval_size} (+ data.few_shot={cfg.few_shot}) needs more distinct prompts "
+                        f"than the dataset has: {len(unique)} after removing {len(rows) - len(unique)} duplicates. "
+                        f"Lower data.eval_size or use a larger or more varied dataset.")
+    n_eval = cfg.eval_size
     eval_rows, rest = unique[:n_eval], unique[n_eval:]
     shots, train_rows = rest[:cfg.few_shot], rest[cfg.few_shot:]
     if cfg.max_train_prompts is not None:
