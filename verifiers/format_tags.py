@@ -44,7 +44,8 @@ def check_r1_format(
     whitespace.
 
     Leading whitespace is allowed before the think block and only whitespace between the two blocks; a
-    trailing end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When the chat template already put ``<think>`` in the prompt (``prefilled_think``),
+    trailing end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When
+    the chat template already put ``<think>`` in the prompt (``prefilled_think``),
     the completion starts inside the think block, so the opening tag is added back before checking (a
     completion that repeats it is accepted too).
 

@@ -107,7 +107,9 @@ def _compact(text: str) -> str:
 
 def _gold_of(sample: dict, answer_field: str) -> str | int | float:
     if answer_field not in sample:
-        raise KeyError(f"math verifier needs sample[{answer_field!r}] (the gold answer); the sample has {sorted(sample)}")
+        raise KeyError(
+            f"math verifier needs sample[{answer_field!r}] (the gold answer); the sample has {sorted(sample)}"
+        )
     return sample[answer_field]
 
 

@@ -99,7 +99,8 @@ def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
     if not isinstance(gold, Seq) or not isinstance(pred, Seq):
         # one side is a single answer: equal only to a one-element collection (never to a hedge)
         return len(g_items) == 1 and len(p_items) == 1 and answers_equal(g_items[0], p_items[0], cfg)
-    if gold.kind == "tuple" and pred.kind == "set" or gold.kind == "set" and pred.kind == "tuple" and len(gold.items) > 1:
+    tuple_vs_set = gold.kind == "tuple" and pred.kind == "set"
+    if tuple_vs_set or gold.kind == "set" and pred.kind == "tuple" and len(gold.items) > 1:
         return False
     if gold.kind == "tuple" or pred.kind == "tuple" and _all_assignments(gold.items):
         if len(gold.items) != len(pred.items):

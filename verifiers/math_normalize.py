@@ -150,7 +150,8 @@ def _repeating_to_fraction(m: re.Match[str]) -> str:
 def _plain_text_math(s: str) -> str:
     s = s.replace("**", "^")
     s = _paren_exponents(s)
-    s = s.replace(">=", "\\geq ").replace("<=", "\\leq ").replace("!=", "\\neq ").replace("=<", "\\leq ").replace("=>", "\\geq ")
+    for plain, latex in ((">=", "\\geq "), ("<=", "\\leq "), ("!=", "\\neq "), ("=<", "\\leq "), ("=>", "\\geq ")):
+        s = s.replace(plain, latex)
     s = _PLAIN_SQRT.sub(lambda m: "\\sqrt", s)
     s = _paren_sqrt(s)
     s = _PLAIN_FUNCS.sub(r"\\\1", s)

@@ -161,7 +161,8 @@ def split_unit(answer: str) -> tuple[str, Unit | None]:
     m = _LEADING_CURRENCY.match(text)
     if m and text[m.end() :].strip():
         text = text[m.end() :].strip()
-        unit = Unit("usd" if "$" in m.group() or "USD" in m.group() else m.group().strip(), (("money", 1),), Fraction(1), known=False)
+        name = "usd" if "$" in m.group() or "USD" in m.group() else m.group().strip()
+        unit = Unit(name, (("money", 1),), Fraction(1), known=False)
     m = _TRAILING_CURRENCY.search(text)
     if m and text[: m.start()].strip():
         text = text[: m.start()].strip()
@@ -174,7 +175,8 @@ def split_unit(answer: str) -> tuple[str, Unit | None]:
     m = _TRAILING_PLAIN_UNIT.search(text)
     if m and _has_value(text[: m.start()]):
         word = m.group("word")
-        parsed = parse_unit(word + (f"^{m.group('pow1') or m.group('pow2')}" if (m.group("pow1") or m.group("pow2")) else ""))
+        power = m.group("pow1") or m.group("pow2")
+        parsed = parse_unit(word + (f"^{power}" if power else ""))
         if parsed is not None and parsed.known:
             return text[: m.start()].strip(), parsed
         if parsed is not None and all(is_unit_word(w) for w in re.split(r"[\s/]+", word) if w):
