@@ -4,8 +4,8 @@
 
 Writes ``filtered.jsonl`` (every training row plus ``solve_rate`` and ``n_samples``) and ``filtered.kept.jsonl`` (the
 rows in [min, max]), prints a histogram of solve rates and how many prompts were kept. Rerun the same command after an
-interruption to continue where it stopped. Train on the kept prompts with ``--set data.source.path=filtered.kept.jsonl``
-(a ``jsonl`` source). See :mod:`rlvr.curriculum.offline`.
+interruption to continue where it stopped. Train on the kept prompts with
+``--set 'data.source={type: jsonl, path: filtered.kept.jsonl}'``. See :mod:`rlvr.curriculum.offline`.
 """
 
 from __future__ import annotations

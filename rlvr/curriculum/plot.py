@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rlvr.curriculum.histogram import BIN_LABELS  # noqa: E402
 
@@ -48,6 +49,7 @@ def plot_curriculum(records: list[dict[str, Any]], out_path: Path, title: str = 
     if x:
         twin.step(x, y, where="mid", color="gray", alpha=0.6, label="generation rounds")
         twin.set_ylabel("rounds")
+        twin.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=7, loc="upper left")
     ax = axes[2]
     for pool in ("easy", "normal", "hard"):
