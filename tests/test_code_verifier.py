@@ -8,7 +8,7 @@ import sandbox
 from sandbox.backends.bwrap_backend import bwrap_problem
 from sandbox.backends.docker_backend import docker_problem
 from verifiers import get_verifier
-from verifiers.code import build_program, code_reward, extract_program
+from verifiers.code import build_program, code_reward, code_rewards, extract_program
 
 SORT_TESTS = [{"input": "3\n3 1 2\n", "output": "1 2 3\n"}, {"input": "1\n7\n", "output": "7\n"},
               {"input": "4\n2 2 1 1\n", "output": "1 1 2 2\n"}]
@@ -55,6 +55,15 @@ def test_scores_fraction_and_all_modes():
 
 
 @needs_sandbox
+def test_batch_scoring_keeps_the_order():
+    programs = [fenced(f"input()\nprint(*range(1, {n} + 1))\n") for n in (1, 3, 2)]
+    samples = [{"test_type": "stdio", "tests": [{"input": "x\n", "output": "1 2 3\n"}]}] * 3
+    assert [r["score"] for r in code_rewards(programs, samples)] == [0.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="sample 1"):
+        code_rewards(["print(1)", "print(1)"], [SAMPLE, {"tests": "x", "test_type": "call"}])
+
+
+@needs_sandbox
 def test_humaneval_style_row_with_stub():
     sample = {"test_type": "assert", "entry_point": "add", "stub": "def add(a, b):\n    \"\"\"Add.\"\"\"\n",
               "tests": "def check(candidate):\n    assert candidate(1, 2) == 3\n\ncheck(add)\n"}
@@ -66,7 +75,7 @@ def test_humaneval_style_row_with_stub():
 def test_bad_rows_and_modes_are_refused():
     with pytest.raises(ValueError, match="mode"):
         code_reward("print(1)", SAMPLE, mode="some")
-    with pytest.raises(ValueError, match=r"sample\['tests'\]"):
+    with pytest.raises(ValueError, match=r"needs sample\['tests'\]"):
         code_reward("print(1)", {"test_type": "stdio"})
     with pytest.raises(ValueError, match="unknown limit 'seconds'"):
         code_reward("print(1)", dict(SAMPLE, limits={"seconds": 1}))
