@@ -103,8 +103,40 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
     return final
 
 
+def saved_zero_ranks(state_dir: Path) -> int:
+    """Data-parallel ranks a ZeRO 1-3 checkpoint was saved with (one optimizer shard each); 0 for ZeRO-0, whose
+    checkpoint loads on any number of ranks."""
+    return len(list(Path(state_dir).glob("zero_pp_rank_*_mp_rank_00_optim_states.pt")))
+
+
+def _to_universal(ds_dir: Path, rank: int) -> str:
+    """Convert ``ds_dir/state`` (ZeRO shards of N ranks) into ``ds_dir/state_universal`` once, on rank 0, with
+    DeepSpeed's ``ds_to_universal``: a layout any number of ranks can load. Returns the tag to load.
+
+    Raises:
+        RuntimeError: the conversion failed (its output is in the message).
+    """
+    out = ds_dir / "state_universal"
+    if rank == 0 and not (out / "zero").is_dir():
+        import subprocess
+        import sys
+
+        cmd = [sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder", str(ds_dir / "state"),
+               "--output_folder", str(out), "--num_extract_workers", "1", "--num_merge_workers", "1",
+               "--inject_missing_state"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"converting {ds_dir / 'state'} to a universal checkpoint (to resume on a different "
+                               f"number of ranks) failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    _barrier()
+    return "state_universal"
+
+
 def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:
     """Restore parameters, optimizer, LR schedule and this rank's RNG; returns the trainer state dict.
+
+    Any number of ranks can resume: a ZeRO-0 checkpoint loads as it is; a ZeRO 1-3 checkpoint saved by a different
+    number of ranks is first converted to DeepSpeed's universal format (``deepspeed/state_universal``, kept for later).
 
     Raises:
         FileNotFoundError: the checkpoint lacks its DeepSpeed state or trainer state (not a finished checkpoint).
@@ -113,8 +145,17 @@ def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:
     for needed in ("deepspeed", "trainer_state.json"):
         if not (path / needed).exists():
             raise FileNotFoundError(f"{path} is not a complete checkpoint: {needed} is missing")
-    load_path, _ = engine.load_checkpoint(str(path / "deepspeed"), tag="state", load_optimizer_states=True,
-                                          load_lr_scheduler_states=True)
+    tag = "state"
+    saved_ranks = saved_zero_ranks(path / "deepspeed" / "state")
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if saved_ranks and saved_ranks != world:
+        tag = _to_universal(path / "deepspeed", rank)
+        engine._config.load_universal_checkpoint = True  # read by DeepSpeed at load time only
+    try:
+        load_path, _ = engine.load_checkpoint(str(path / "deepspeed"), tag=tag, load_optimizer_states=True,
+                                              load_lr_scheduler_states=True)
+    finally:
+        engine._config.load_universal_checkpoint = False
     if load_path is None:
         raise FileNotFoundError(f"DeepSpeed found no state in {path / 'deepspeed'}")
     rng_file = path / f"rng-rank{rank}.pt"
