@@ -60,7 +60,8 @@ class FreshContainerBackend(Backend):
         channel = None
         try:
             channel = ExecChannel(self.docker.client, container)
-            return run_batch(channel, jobs, request_bytes(jobs, pid_namespace=True, scratch=["/tmp", "/dev/shm"], nproc=None))
+            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp", "/dev/shm"], nproc=None)
+            return run_batch(channel, jobs, request)
         finally:
             if channel is not None:
                 channel.close()
@@ -137,7 +138,8 @@ def main() -> int:
     labels = {"fresh": "(a) fresh container per test", "pooled": "(b) pooled containers, batched (this project)",
               "bwrap": "(c) bubblewrap, batched"}
     lines = ["# Sandbox throughput", "",
-             f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start (shared with other work); "
+             f"Machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start "
+             "(shared with other work); "
              f"{designs[next(iter(designs))][0].workers()} parallel sandboxes per design. Produced by "
              "`benchmarks/bench_sandbox.py`.", "",
              "| workload | design | programs | tests | wall s | programs/s | tests/s | pass/fail = label |",

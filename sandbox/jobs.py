@@ -110,9 +110,10 @@ def _is_test(stmt: ast.stmt) -> bool:
 
 def _check_stdio(tests: Any) -> None:
     if not isinstance(tests, list) or not tests:
-        raise ValueError(f'stdio tests must be a non-empty list of {{"input": str, "output": str}}, got {_kind(tests)}')
+        raise ValueError(f'stdio tests must be a non-empty list of {{"input": str, "output": str}}, '
+                         f'got {_kind(tests)}')
     for i, t in enumerate(tests):
-        if not isinstance(t, Mapping) or not isinstance(t.get("output"), str) or not isinstance(t.get("input", ""), str):
+        if not (isinstance(t, Mapping) and isinstance(t.get("output"), str) and isinstance(t.get("input", ""), str)):
             raise ValueError(f'stdio test {i} must be {{"input": str, "output": str}}, got {_kind(t)}')
 
 

@@ -15,6 +15,7 @@ from collections import deque
 from typing import Sequence
 
 from sandbox.backends.base import Backend
+from sandbox.batch import BatchOutcome
 from sandbox.errors import SandboxError
 from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus
@@ -98,7 +99,7 @@ def _worker(backend: Backend, state: _State, max_batch: int, n_workers: int) -> 
             state.cond.notify_all()
 
 
-def _record(state: _State, batch: list[int], outcome) -> None:  # noqa: ANN001 - BatchOutcome
+def _record(state: _State, batch: list[int], outcome: BatchOutcome) -> None:
     for k, i in enumerate(batch):
         if outcome.results[k] is not None:
             state.finish(i, outcome.results[k])
@@ -113,7 +114,8 @@ def _record(state: _State, batch: list[int], outcome) -> None:  # noqa: ANN001 -
             if state.attempts[i] >= MAX_ATTEMPTS:
                 done = outcome.partial.get(k, [])
                 missing = state.jobs[i].n_tests - len(done)
-                failed = ExecResult(ExecStatus.SANDBOX_ERROR, detail=f"the sandbox broke while this program ran: {outcome.broken}")
+                failed = ExecResult(ExecStatus.SANDBOX_ERROR,
+                                    detail=f"the sandbox broke while this program ran: {outcome.broken}")
                 state.finish(i, done + [failed] * missing)
                 continue
             state.pending.appendleft(i)

@@ -2,8 +2,9 @@
 
 The sandbox unshares every namespace (user, pid, net, ipc, uts, cgroup), dies with its parent, drops all
 capabilities, sees /usr read-only and nothing else of the host but a minimal /dev and its own /proc, and
-writes only to a size-capped tmpfs at /tmp (bwrap's own root tmpfs is remounted read-only). When we are root, bwrap itself runs as a private unprivileged
-uid per parallel slot (61000 + slot), so RLIMIT_NPROC contains a fork bomb without touching other slots.
+writes only to a size-capped tmpfs at /tmp (bwrap's own root tmpfs is remounted read-only). When we are
+root, bwrap itself runs as a private unprivileged uid per parallel slot (61000 + slot), so RLIMIT_NPROC
+contains a fork bomb without touching other slots.
 There is no cgroup: memory is bounded per process by RLIMIT_AS (see the driver), not per sandbox.
 """
 from __future__ import annotations
@@ -22,8 +23,9 @@ from sandbox.errors import SandboxUnavailable
 from sandbox.harness import driver_source
 from sandbox.jobs import Job
 
-SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap's own environment: its init (pid 1
-# inside) keeps it, and /proc/1/environ is readable there, so nothing of ours may be in it
+# bwrap's own environment: its init (pid 1 inside) keeps it, and /proc/1/environ is readable there, so
+# nothing of ours may be in it.
+SANDBOX_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
 FIRST_SLOT_UID = 61000  # host uids FIRST_SLOT_UID + slot run the sandboxes when we are root
 INSIDE_ID = "65534"  # uid and gid seen inside the sandbox
 
@@ -89,10 +91,11 @@ class BwrapBackend(Backend):
         uid = FIRST_SLOT_UID + slot if root else None
         channel = None
         try:
-            channel = ProcessChannel(bwrap_argv(jobs[0].limits.scratch_mb) + ["--", "python3", "-I", "-c", driver_source()],
-                                     user=uid, group=uid, extra_groups=[] if root else None, env=SANDBOX_ENV)
+            argv = bwrap_argv(jobs[0].limits.scratch_mb) + ["--", "python3", "-I", "-c", driver_source()]
+            channel = ProcessChannel(argv, user=uid, group=uid, extra_groups=[] if root else None, env=SANDBOX_ENV)
             # RLIMIT_NPROC counts every process of the uid on the host: meaningful only for a private uid.
-            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp"], nproc=jobs[0].limits.pids if root else None)
+            nproc = jobs[0].limits.pids if root else None
+            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp"], nproc=nproc)
             return run_batch(channel, jobs, request)
         except OSError as e:
             raise SandboxUnavailable(f"cannot start bubblewrap: {e}") from e

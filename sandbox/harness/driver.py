@@ -20,6 +20,7 @@ Why the program cannot fool it although it shares our uid:
 - after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
   private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
 """
+# encode() and decode() come from codec.py, which is prepended to this file when it is shipped.
 import builtins
 import ctypes
 import fcntl
@@ -76,7 +77,8 @@ class _Driver:
             "job": job, "test": test, "status": status, "detail": detail,
             "elapsed_s": round(time.monotonic() - started, 4) if started else 0.0,
             "exit_code": proc.exit_code if proc else None, "signal": proc.signal if proc else None,
-            "stdout": stdout.decode("utf-8", "replace"), "stderr": stderr or (detail if status == "compile_error" else ""),
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr or (detail if status == "compile_error" else ""),
             "value": value,
         })
 

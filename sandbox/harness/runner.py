@@ -10,6 +10,7 @@ Requests:  {"fn": name, "args": encoded list, "kwargs": encoded dict}
 Answers:   {"ready": [callable global names]} once the program's top level has run, then per request
            {"ok": encoded value} or {"err": exception type name, "msg": text}.
 """
+# encode() and decode() come from codec.py, which is prepended to this file when it is shipped.
 import builtins
 import json
 import os
