@@ -1,6 +1,7 @@
 """The interface every backend implements: run one batch of jobs in one sandbox."""
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import Hashable, Sequence
 
@@ -25,3 +26,8 @@ class Backend(ABC):
     def run_batch(self, jobs: Sequence[Job]) -> BatchOutcome:
         """Run jobs (all with one group_key) in one sandbox, in order. A misbehaving program or driver gives
         a broken outcome; raises SandboxError only when the sandbox cannot be started at all."""
+
+
+def default_workers(workers: int | None = None) -> int:
+    """Parallel sandboxes: `workers` when given, else RLVR_SANDBOX_WORKERS, else the CPU count."""
+    return workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)

@@ -16,7 +16,7 @@ import subprocess
 from functools import cache
 from typing import Hashable, Sequence
 
-from sandbox.backends.base import Backend
+from sandbox.backends.base import Backend, default_workers
 from sandbox.backends.process_channel import ProcessChannel
 from sandbox.batch import BatchOutcome, request_bytes, run_batch
 from sandbox.errors import SandboxUnavailable
@@ -74,7 +74,7 @@ class BwrapBackend(Backend):
         problem = bwrap_problem()
         if problem:
             raise SandboxUnavailable(problem)
-        self._workers = workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)
+        self._workers = default_workers(workers)
         self._slots: queue.Queue[int] = queue.Queue()
         for slot in range(self._workers):
             self._slots.put(slot)

@@ -16,7 +16,7 @@ from typing import Any, Hashable, Sequence
 import docker
 import docker.errors
 
-from sandbox.backends.base import Backend
+from sandbox.backends.base import Backend, default_workers
 from sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
 from sandbox.batch import BatchOutcome, request_bytes, run_batch
 from sandbox.errors import SandboxUnavailable
@@ -68,7 +68,7 @@ class DockerBackend(Backend):
         problem = docker_problem()
         if problem:
             raise SandboxUnavailable(problem)
-        self._workers = workers or int(os.environ.get("RLVR_SANDBOX_WORKERS", 0)) or (os.cpu_count() or 1)
+        self._workers = default_workers(workers)
         # every worker holds one connection (its exec socket) plus short API calls: size the pool for them
         self.client = docker.from_env(timeout=60, max_pool_size=2 * self._workers + 4)
         idle = idle_exit_s if idle_exit_s is not None else float(os.environ.get("RLVR_SANDBOX_IDLE_S", 600))
