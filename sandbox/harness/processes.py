@@ -1,0 +1,171 @@
+"""Processes inside the sandbox: a spawned program (`_Proc`), its rlimits, and the helpers that kill, reap
+and clean up after it. Standard library only; shipped as source after codec.py and before rpc.py and
+driver.py (see `sandbox.harness`), so the three share one namespace at run time."""
+import ctypes
+import math
+import os
+import resource
+import shutil
+import signal
+
+OUT_TAIL = 4096  # bytes of stderr kept per test
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _Abort(BaseException):
+    """Ends the current test with a status; a BaseException so that `except Exception` in tests misses it."""
+
+    def __init__(self, status, detail):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class _Proc:
+    """A spawned program: pid, pipes, what it wrote, and how it ended."""
+
+    def __init__(self, pid, out_r, err_r):
+        self.pid, self.out_r, self.err_r = pid, out_r, err_r
+        self.req_w = self.rep_r = None
+        self.out, self.err, self.rep = bytearray(), bytearray(), bytearray()
+        self.err_total = 0
+        self.exit_code = self.signal = None
+        self.ended = False  # reaped, status known
+        self.cpu_s = 0.0
+        self.limit_s = 0.0
+
+    def set_status(self, status, usage):
+        self.ended = True
+        if os.WIFEXITED(status):
+            self.exit_code = os.WEXITSTATUS(status)
+        elif os.WIFSIGNALED(status):
+            self.signal = os.WTERMSIG(status)
+        self.cpu_s = usage.ru_utime + usage.ru_stime
+
+    def read_stderr_left(self):
+        """Read what is already in the stderr pipe (the end of a traceback) without waiting for more."""
+        if self.err_r is None:
+            return
+        os.set_blocking(self.err_r, False)
+        try:
+            while True:
+                chunk = os.read(self.err_r, 65536)
+                if not chunk:
+                    self.close_fd(self.err_r)
+                    return
+                self.err_total += len(chunk)
+                self.err += chunk
+                del self.err[:-OUT_TAIL]
+        except BlockingIOError:
+            pass
+
+    def close_fd(self, fd):
+        os.close(fd)
+        for name in ("out_r", "err_r", "rep_r", "req_w"):
+            if getattr(self, name) == fd:
+                setattr(self, name, None)
+
+    def close_all(self):
+        for fd in (self.out_r, self.err_r, self.rep_r, self.req_w):
+            if fd is not None:
+                self.close_fd(fd)
+
+    def memory_error(self):
+        return b"MemoryError" in self.err[-OUT_TAIL:]
+
+    def exit_status(self):
+        """(status, detail) of a process that ended on its own."""
+        if self.exit_code == 0:
+            return "ok", ""
+        if self.exit_code is not None:
+            if self.memory_error():
+                return "memory", "MemoryError (exit code %d)" % self.exit_code
+            if self.exit_code == 137:  # `timeout -s KILL` fired: over its budget
+                return "timeout", "killed by the inner time limit"
+            return "error", "exit code %d" % self.exit_code
+        if self.signal in (signal.SIGXCPU,) or (self.signal == signal.SIGKILL and self.cpu_s >= self.limit_s):
+            return "timeout", "CPU time limit (signal %d)" % self.signal
+        if self.signal == signal.SIGKILL:
+            return "memory", "killed by signal 9 (out of memory)"
+        return "error", "killed by signal %s" % self.signal
+
+    def death_status(self):
+        """(status, detail) of a runner that closed its answer channel while we waited for a reply."""
+        if self.exit_code is None and self.signal is None:
+            return "error", "the program closed its answer channel"
+        status, detail = self.exit_status()
+        if status == "ok":
+            return "early_exit", "the program ended with code 0 before its tests finished"
+        return status, detail
+
+
+def _set_limits(job, cpu_s, nproc):
+    memory = int(job["memory_mb"]) << 20
+    cpu = int(math.ceil(cpu_s)) + 1
+    limits = [
+        (resource.RLIMIT_AS, memory),
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        (resource.RLIMIT_FSIZE, int(job["file_mb"]) << 20),
+        (resource.RLIMIT_NOFILE, 1024),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if nproc:
+        limits.append((resource.RLIMIT_NPROC, int(nproc)))
+    for which, value in limits:
+        soft, hard = value if isinstance(value, tuple) else (value, value)
+        resource.setrlimit(which, (soft, hard))
+
+
+def _children(pid):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if int(stat.rpartition(b")")[2].split()[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _drain(fd):
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _write_all(fd, data):
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _remove(path):
+    """Remove a file or a tree the program may have made unwritable; True on success."""
+    def fix(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+        except OSError:
+            pass
+        func(p)
+
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, onerror=fix)
+        else:
+            os.unlink(path)
+        return True
+    except OSError:
+        return False
