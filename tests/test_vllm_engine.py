@@ -210,3 +210,53 @@ def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32,
     assert metrics[-1]["train/loss"] != metrics[0]["train/loss"]
     assert engine.syncs == syncs + 3
     trainer.engine.destroy()
+
+
+# ------------------------------------------------------------------------------------------------ several ranks
+def _rank_main(spec_file: str) -> None:
+    """Worker of the 2-rank test (``torchrun ... tests/test_vllm_engine.py SPEC.json``): one vLLM engine per rank,
+    ZeRO-3 with every parameter partitioned, so each weight sync gathers them."""
+    import json
+
+    from rlvr.config import resolve
+    from rlvr.trainer.grpo import GRPOTrainer
+
+    spec = json.loads(Path(spec_file).read_text())
+    trainer = GRPOTrainer(resolve(spec["recipe"]), Path(spec["run_dir"]))
+    trainer._plot = lambda: None
+    trainer.train()
+    assert trainer.rollout_engine.syncs == spec["recipe"]["trainer"]["steps"]
+    trainer.engine.destroy()
+
+
+@pytest.mark.multiprocess
+def test_two_ranks_each_with_a_vllm_engine_and_zero3_gathered_syncs(tiny32, tmp_path):
+    pytest.importorskip("vllm", reason="vLLM is not installed (on CPU: bash scripts/install_vllm_cpu.sh VENV)")
+    import json
+
+    from rlvr.metrics import read_metrics
+    from tests.tiny import tiny_recipe
+
+    ds = {"zero_optimization": {"stage3_param_persistence_threshold": 0}}  # partition even the tiny parameters
+    raw = tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128},
+                      trainer={"steps": 2, "log_samples_every": 0, "zero_stage": 3, "deepspeed_config": ds},
+                      optim={"lr": 3e-2})
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"recipe": raw, "run_dir": str(tmp_path / "run")}))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(Path(__file__).resolve()), str(spec)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert "rollout log-prob check (vllm vs trainer, step 1)" in proc.stdout
+    metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]
+    assert len(metrics) == 2
+    for m in metrics:  # step 2 samples from the synced (gathered) weights: still fp32-equal to the trainer's
+        assert m["train/rollout_logprob_diff_max"] < 1e-4, m
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    _rank_main(sys.argv[1])
