@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import platform
 import random
 import re
@@ -488,7 +489,10 @@ def probe(args: argparse.Namespace) -> tuple[list[Row], dict[str, str], float]:
     t_start = time.perf_counter()
     first_temp = args.temperatures[0]
 
-    screen = {t.key: run_config(ctx, t, args.screen_style, [first_temp])[0] for t in tasks}
+    screen: dict[str, Row] = {}
+    for t in tasks:
+        screen[t.key] = run_config(ctx, t, args.screen_style, [first_temp])[0]
+        write_markdown(list(screen.values()), ctx.examples, time.perf_counter() - t_start, args, partial=True)
     ranked = sorted(tasks, key=lambda t: (score(screen[t.key]), screen[t.key].mixed), reverse=True)
     rows = list(screen.values())
     for rank, task in enumerate(ranked[: args.top]):
@@ -499,6 +503,7 @@ def probe(args: argparse.Namespace) -> tuple[list[Row], dict[str, str], float]:
             temps = [t for t in temps if not (style == args.screen_style and t == first_temp)]
             if temps:
                 rows += run_config(ctx, task, style, temps)
+                write_markdown(rows, ctx.examples, time.perf_counter() - t_start, args, partial=True)
     order = {t.key: i for i, t in enumerate(ranked)}
     rows.sort(key=lambda r: (order[r.task], list(STYLES).index(r.style), -r.temperature))
     return rows, ctx.examples, time.perf_counter() - t_start
@@ -516,13 +521,19 @@ def score(row: Row) -> float:
     return row.mixed + headroom + 0.5 * above_prior
 
 
-def write_markdown(rows: list[Row], examples: dict[str, str], seconds: float, args: argparse.Namespace) -> None:
-    """Write the results table, the time taken and the example prompts to ``args.out``."""
+def write_markdown(
+    rows: list[Row], examples: dict[str, str], seconds: float, args: argparse.Namespace, partial: bool = False
+) -> None:
+    """Write the results table, the time taken and the example prompts to ``args.out``.
+
+    ``partial`` marks a file written while the probe is still running (it is rewritten after every row).
+    """
     total_tokens = sum(r.gen_tokens for r in rows)
     gen_seconds = sum(r.seconds for r in rows)
     lines = [
         "# Demo task probe: SmolLM2-135M-Instruct (embedded) before training",
         "",
+        *(["**PARTIAL: the probe was still running when this was written.**", ""] if partial else []),
         f"Command: `.venv/bin/python benchmarks/demo_task_probe.py {' '.join(sys.argv[1:])}`".rstrip(),
         "",
         f"Machine: {platform.machine()}, torch {torch.__version__}, {args.threads} threads, bf16 weights, "
@@ -530,6 +541,8 @@ def write_markdown(rows: list[Row], examples: dict[str, str], seconds: float, ar
         f"prefilled once and its KV cache repeated for the {args.samples} samples, rows dropped at eos).",
         f"Each row: {args.prompts} held-out prompts x {args.samples} samples, max {args.max_new_tokens} new tokens, "
         f"top_p=1, top_k=0. Greedy is shared by the rows of one (task, style).",
+        f"Load average at write time (1/5/15 min): {'/'.join(f'{x:.1f}' for x in os.getloadavg())} on "
+        f"{os.cpu_count()} cores (other jobs share this machine; times are wall-clock).",
         f"Total time {seconds:.0f} s ({seconds / 60:.1f} min); generation {total_tokens} completion tokens in "
         f"{gen_seconds:.0f} s = {total_tokens / gen_seconds:.0f} completion tokens/s (prefill included in the time).",
         "",
@@ -589,7 +602,12 @@ def main(argv: list[str] | None = None) -> None:
         help="cached: prefill each prompt once, reuse it for greedy and every temperature, drop finished rows; "
         "hf: transformers generate (num_return_sequences), for cross-checks",
     )
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=2,
+        help="torch threads; use 1 when other jobs load the cores (measured 2.7x faster prefill then)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--show", action="store_true", help="print a few completions per row")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "demo_task_probe.md"))
