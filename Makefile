@@ -26,8 +26,9 @@ sandbox:
 demo: install
 	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo
 
+# The default suite: everything but `slow`; vLLM tests skip (with the reason) where vLLM is not installed.
 test: install sandbox
-	$(PY) -m pytest -q -m "not slow and not vllm and not multiprocess"
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
 test-all: install sandbox
 	$(PY) -m pytest -q
