@@ -101,7 +101,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                    help="CPU threads per engine; on a shared machine 1 avoids OpenMP spin-wait collapse")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "rollout.md")
     ap.add_argument("--worker", choices=["hf", "vllm"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -113,7 +114,8 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--worker", engine] + [
             a for k, v in vars(args).items() if k not in ("worker", "engines", "out")
             for a in (f"--{k.replace('_', '-')}", str(v))]
-        env = {**os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(args.threads)}
+        env = {"VLLM_CPU_OMP_THREADS_BIND": f"0-{args.threads - 1}" if args.threads > 1 else "0",  # same cores
+               **os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": str(args.threads)}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
