@@ -86,7 +86,8 @@ def run_engine(args: argparse.Namespace) -> dict:
                                           temperature=args.temperature, autocast_dtype=torch.bfloat16)
                 diffs.append((lp[0] - torch.tensor(c.logprobs)).abs())
     diff = torch.cat(diffs)
-    return {"load_avg": round(os.getloadavg()[0], 1), "engine": args.worker, "tokens": tokens, "seconds": round(seconds, 2),
+    return {"load_avg": round(os.getloadavg()[0], 1), "engine": args.worker, "tokens": tokens,
+            "seconds": round(seconds, 2),
             "tokens_per_s": round(tokens / seconds, 1), "startup_s": round(startup, 1), "sync_s": round(sync_s, 3),
             "mean_len": round(tokens / (args.repeats * args.prompts * args.n), 1),
             "logprob_diff_mean": float(diff.mean()), "logprob_diff_max": float(diff.max())}

@@ -1,5 +1,5 @@
-"""Memory for long responses: log-probs in chunks (the full (N, T, V) logits never exist in fp32), micro-batches by token
-budget, and gradient checkpointing, each giving the same numbers as the plain path."""
+"""Memory for long responses: log-probs in chunks (the full (N, T, V) logits never exist in fp32), micro-batches by
+token budget, and gradient checkpointing, each giving the same numbers as the plain path."""
 
 from __future__ import annotations
 

@@ -80,8 +80,8 @@ def record_grad_norm_without_zero(engine: object) -> None:
     """Make ``engine.get_global_grad_norm()`` answer at ZeRO stage 0, where DeepSpeed computes the norm while clipping
     but does not keep it (``DeepSpeedEngine.clip_fp32_gradients``); with ZeRO 1-3 its optimizer keeps it already.
 
-    Needs ``gradient_clipping > 0`` in the DeepSpeed config (use ``inf`` to measure without clipping). The norm is of the
-    gradients after the reduction over ranks, so it is the same on every rank and equal to a 1-rank run's.
+    Needs ``gradient_clipping > 0`` in the DeepSpeed config (use ``inf`` to measure without clipping). The norm is of
+    the gradients after the reduction over ranks, so it is the same on every rank and equal to a 1-rank run's.
     """
     from deepspeed.runtime.utils import clip_grad_norm_
 
