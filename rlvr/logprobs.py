@@ -106,3 +106,45 @@ def response_logprobs(
                     position_ids=position_ids_from_mask(attention_mask), logits_to_keep=t + 1, use_cache=False)
     logits = out.logits[:, :-1]  # (N, T, V): the logit at column P-1+t predicts response token t
     return token_logprobs_from_logits(logits, input_ids[:, -t:], temperature, entropy_grad, chunk_tokens)
+
+
+def shared_prefix_logprobs(
+    model: torch.nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    row_prompt: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    autocast_dtype: torch.dtype | None = None,
+    entropy_grad: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Like :func:`response_logprobs`, but each distinct prompt goes through the model once and its KV cache is shared
+    by the rows (samples) of its group. Gradients flow through the shared cache, so the result and its gradient equal
+    the per-row forward; the prompt's compute is paid once per group instead of G times.
+
+    Args:
+        prompt_ids: (U, P) distinct prompts, left-padded. prompt_mask: (U, P).
+        row_prompt: (R,) long, the prompt row of each response row.
+        response_ids: (R, T) responses, right-padded. response_mask: (R, T) 1 on real response tokens.
+    Returns:
+        logprobs (R, T) and entropy (R, T), fp32 (garbage on padding: mask them).
+    """
+    device_type = prompt_ids.device.type
+    t = response_ids.shape[1]
+    with torch.autocast(device_type=device_type, dtype=autocast_dtype or torch.float32,
+                        enabled=autocast_dtype is not None):
+        prompt_pos = position_ids_from_mask(prompt_mask)
+        first = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_pos, use_cache=True,
+                      logits_to_keep=1)
+        cache = first.past_key_values
+        cache.batch_select_indices(row_prompt)  # (U, ...) -> (R, ...); differentiable gather
+        start = prompt_mask.long().sum(-1)[row_prompt].unsqueeze(1)  # (R, 1) first response position
+        resp_pos = start + torch.arange(t, device=response_ids.device).unsqueeze(0)  # (R, T)
+        mask = torch.cat([prompt_mask[row_prompt], response_mask.to(prompt_mask.dtype)], dim=1)  # (R, P + T)
+        rest = model(input_ids=response_ids, attention_mask=mask, position_ids=resp_pos, past_key_values=cache,
+                     use_cache=True, logits_to_keep=t)
+    # the prompt's last logit predicts response token 0; response column t predicts token t + 1
+    logits = torch.cat([first.logits[:, -1:][row_prompt], rest.logits[:, :-1]], dim=1)  # (R, T, V)
+    return token_logprobs_from_logits(logits, response_ids, temperature, entropy_grad)

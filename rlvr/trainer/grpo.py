@@ -35,7 +35,7 @@ from rlvr.curriculum.plot import plot_curriculum
 from rlvr.data.sources import load_rows
 from rlvr.evaluation import EvalResult, summarize
 from rlvr.kl import AdaptiveKLController, kl_per_token
-from rlvr.logprobs import response_logprobs
+from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
@@ -380,9 +380,7 @@ class GRPOTrainer:
             if not idx:
                 self._idle_pass(backward=False)
                 continue
-            ids, am, t = self._trim(batch, idx)
-            lp, _ = response_logprobs(model, ids, am, t, temperature=self.recipe.rollout.temperature,
-                                      autocast_dtype=self.autocast_dtype)
+            lp, _, t = self._forward(model, batch, idx)
             out[idx, :t] = lp.float().cpu()
         return out
 
@@ -406,6 +404,37 @@ class GRPOTrainer:
             logits = self.engine(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
             if backward:
                 self.engine.backward(logits.float().sum() * 0.0, scale_wrt_gas=False)
+
+    def _forward(self, model: Any, batch: RolloutBatch, idx: list[int],
+                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Log-probs and entropy (R, T_micro) of the micro-batch ``idx``; returns them with T_micro.
+
+        Each distinct prompt of the micro-batch is run once and its KV cache shared by its group's rows
+        (:func:`rlvr.logprobs.shared_prefix_logprobs`): with prompts much longer than answers this divides the
+        forward/backward cost by up to G. Gradient checkpointing disables HF's KV cache, so it uses one row per prompt.
+        """
+        kw = dict(temperature=self.recipe.rollout.temperature, autocast_dtype=self.autocast_dtype,
+                  entropy_grad=entropy_grad)
+        if self.recipe.model.gradient_checkpointing:
+            ids, am, t = self._trim(batch, idx)
+            return (*response_logprobs(model, ids, am, t, **kw), t)
+        dev = self.dist.device
+        t = max(max(len(batch.completions[i].token_ids) for i in idx), 1)
+        groups = sorted({i // batch.group_size for i in idx})
+        slot = {g: k for k, g in enumerate(groups)}
+        prompts = [batch.prompts[g].token_ids for g in groups]
+        width = max(len(x) for x in prompts)
+        p_ids = torch.full((len(prompts), width), int(self.tokenizer.pad_token_id), dtype=torch.long)
+        p_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for k, x in enumerate(prompts):  # left padding
+            p_ids[k, width - len(x):] = torch.tensor(x)
+            p_mask[k, width - len(x):] = 1
+        p = batch.input_ids.shape[1] - batch.response_mask.shape[1]
+        row_prompt = torch.tensor([slot[i // batch.group_size] for i in idx], device=dev)
+        lp, ent = shared_prefix_logprobs(model, p_ids.to(dev), p_mask.to(dev), row_prompt,
+                                         batch.input_ids[idx, p:p + t].to(dev),
+                                         batch.attention_mask[idx, p:p + t].to(dev), **kw)
+        return lp, ent, t
 
     def _trim(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The micro-batch's rows with all-padding columns cut off: leading prompt padding and trailing response
@@ -448,22 +477,19 @@ class GRPOTrainer:
                     if not idx:
                         self._idle_pass(backward=True)
                         continue
-                    ids, am, t = self._trim(batch, idx)
-                    mask = batch.response_mask[idx, :t].to(ids.device)
-                    logp, entropy = response_logprobs(self.engine, ids, am, t, temperature=r.rollout.temperature,
-                                                      autocast_dtype=self.autocast_dtype,
-                                                      entropy_grad=a.entropy_coef > 0)
-                    old = (batch.old_logprobs[idx, :t].to(ids.device) if batch.old_logprobs is not None
+                    logp, entropy, t = self._forward(self.engine, batch, idx, entropy_grad=a.entropy_coef > 0)
+                    mask = batch.response_mask[idx, :t].to(logp.device)
+                    old = (batch.old_logprobs[idx, :t].to(logp.device) if batch.old_logprobs is not None
                            else logp.detach())
-                    adv = batch.advantages[idx, :t].to(ids.device)
+                    adv = batch.advantages[idx, :t].to(logp.device)
                     out = ppo_clip_loss(logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high,
                                         clip_ratio_c=a.clip_ratio_c)
                     tok_loss = out.loss
                     if a.tis_cap is not None:
-                        rollout_lp = batch.rollout_logprobs[idx, :t].to(ids.device)
+                        rollout_lp = batch.rollout_logprobs[idx, :t].to(logp.device)
                         tok_loss = tok_loss * torch.exp(old - rollout_lp).clamp(max=a.tis_cap).detach()
                     if batch.ref_logprobs is not None:
-                        kl = kl_per_token(logp, batch.ref_logprobs[idx, :t].to(ids.device), a.kl.estimator)
+                        kl = kl_per_token(logp, batch.ref_logprobs[idx, :t].to(logp.device), a.kl.estimator)
                         if a.kl.placement == "loss":
                             tok_loss = tok_loss + self.kl_ctl.beta * kl
                         add("kl", float((kl.detach() * mask).sum()))
@@ -481,7 +507,7 @@ class GRPOTrainer:
                     if epoch == 0 and mb_index == 0 or a.ppo_epochs == 1 and a.mini_batches == 1:
                         add("entropy_tokens", ntok)
                         add("entropy", float((entropy.detach() * mask).sum()))
-                        rollout_lp = batch.rollout_logprobs[idx, :t].to(ids.device)
+                        rollout_lp = batch.rollout_logprobs[idx, :t].to(logp.device)
                         diff = ((logp.detach() - rollout_lp).abs() * mask)
                         add("mismatch", float(diff.sum()))
                         sums["mismatch_max"] = max(sums.get("mismatch_max", 0.0), float(diff.max()) if ntok else 0.0)
