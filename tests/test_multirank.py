@@ -72,8 +72,12 @@ def _run_scenario(sc: dict) -> None:
     run_dir = Path(sc["run_dir"])
     trainer = GRPOTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine)
     trainer._plot = lambda: None  # PNG plots cost ~5 s per save here and are not what this test checks
+    idle = []  # zero-loss passes this rank ran to match another rank's extra ZeRO-3 micro-batches
+    real_idle_pass = trainer._idle_pass
+    trainer._idle_pass = lambda backward: (idle.append(backward), real_idle_pass(backward))
     start = trainer.step_done
     trainer.train()
+    (run_dir / f"idle-passes-rank{trainer.dist.rank}.json").write_text(json.dumps(len(idle)))
     # one sync after each update, plus one after loading a checkpoint
     assert engine.syncs == recipe.trainer.steps - start + (1 if sc.get("resume") else 0)
     trainer.engine.destroy()
@@ -96,12 +100,16 @@ def _recipe(model_dir: Path, data: Path, zero_stage: int, steps: int, **extra) -
     # persistence threshold 0: ZeRO-3 partitions every parameter (by default it keeps those under 1e5 elements whole,
     # which is all of the tiny model's)
     ds = {"zero_optimization": {"stage3_param_persistence_threshold": 0}} if zero_stage == 3 else {}
+    # ZeRO-3 runs also split micro-batches by a token budget: ranks then run different numbers of micro-batches,
+    # which only works if the shorter rank joins the others' parameter gathers with idle passes
+    budget = {"micro_batch_tokens": 40} if zero_stage == 3 else {}
     return tiny_recipe(model_dir, data, trainer={"steps": steps, "zero_stage": zero_stage, "save_every": 0,
                                                  "keep_checkpoints": 3, "log_samples_every": 0,
                                                  "deepspeed_config": ds, **extra},
                        # 2 epochs: the second one sees a moved policy, so ratios, clipping and old log-probs are live
                        algorithm={"loss_agg": "token-mean", "ppo_epochs": 2, "kl": {"beta": 0.05}},
-                       optim={"lr": 1e-2, "micro_batch_size": 4}, rollout={"prompts_per_step": 4, "group_size": 4})
+                       optim={"lr": 1e-2, "micro_batch_size": 4, **budget},
+                       rollout={"prompts_per_step": 4, "group_size": 4})
 
 
 def _torchrun(nproc: int, scenarios: list[dict], tmp: Path, name: str) -> None:
@@ -185,6 +193,8 @@ def test_two_ranks_match_one_rank_and_resume_on_one(tmp_path):
     assert len(z3_ref) == 3
     _assert_same_metrics(_metrics(runs / "z3-2ranks"), z3_ref[:2], "zero-3, 2 ranks vs 1")
     _assert_same_metrics(z3_ref[:2], ref, "zero-3 vs zero-0, 1 rank")
+    idle = [json.loads((runs / f"z3-2ranks/idle-passes-rank{r}.json").read_text()) for r in (0, 1)]
+    assert sum(idle) > 0, idle  # the ranks did run different numbers of micro-batches
     # the HF model of a ZeRO-3 run is saved from gathered parameters (not the empty local partitions)
     _assert_same_weights(_weights(runs / "z3-2ranks/checkpoints/step-2/model"),
                          _weights(runs / "z0-1rank/checkpoints/step-2/model"), "zero-3 weights", moved_from=initial)

@@ -397,13 +397,21 @@ class GRPOTrainer:
         return plan
 
     def _idle_pass(self, backward: bool) -> None:
-        """One token through the DeepSpeed engine with zero loss: joins the ZeRO-3 parameter gathers (and the
-        backward's) of a micro-batch this rank does not have."""
-        ids = torch.full((1, 1), int(self.tokenizer.pad_token_id), dtype=torch.long, device=self.dist.device)
+        """A zero-loss pass of a one-token prompt and response through the DeepSpeed engine, by the same path as
+        :meth:`_forward` (so with as many engine forwards): joins the ZeRO-3 parameter gathers, forward and backward,
+        of a micro-batch this rank does not have."""
+        dev = self.dist.device
+        one = torch.full((1, 1), int(self.tokenizer.pad_token_id), dtype=torch.long, device=dev)
+        mask = torch.ones_like(one)
+        kw = dict(temperature=self.recipe.rollout.temperature, autocast_dtype=self.autocast_dtype)
         with torch.set_grad_enabled(backward):
-            logits = self.engine(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+            if self.recipe.model.gradient_checkpointing:
+                lp, _ = response_logprobs(self.engine, torch.cat([one, one], 1), torch.cat([mask, mask], 1), 1, **kw)
+            else:
+                lp, _ = shared_prefix_logprobs(self.engine, one, mask, torch.zeros(1, dtype=torch.long, device=dev),
+                                               one, mask, **kw)
             if backward:
-                self.engine.backward(logits.float().sum() * 0.0, scale_wrt_gas=False)
+                self.engine.backward(lp.sum() * 0.0, scale_wrt_gas=False)
 
     def _forward(self, model: Any, batch: RolloutBatch, idx: list[int],
                  entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
