@@ -177,6 +177,19 @@ def test_vllm_sampling_is_reproducible_from_torchs_rng(vllm_engine):
     assert len({tuple(x.token_ids) for x in a[0]}) > 1  # the samples of a group differ
 
 
+def test_vllm_serves_a_batch_too_large_for_one_prefill_step(vllm_engine):
+    """More prompt tokens than one scheduler step takes: on CPU this used to fail in vLLM's seeded sampling when a
+    prompt's prefill was split over steps (the engine turns chunked prefill off there)."""
+    from rlvr.rollout.base import SamplingParams
+
+    engine, _, tok = vllm_engine
+    prompts = [tok.encode(f"{i % 10}+{i % 7}=? " * 12)[:100] for i in range(64)]  # 6400 prompt tokens
+    torch.manual_seed(0)
+    groups = engine.generate(prompts, 2, SamplingParams(temperature=1.0, max_new_tokens=4))
+    assert [len(g) for g in groups] == [2] * 64
+    assert all(1 <= len(c.token_ids) <= 4 for g in groups for c in g)
+
+
 def test_vllm_rejects_prompts_longer_than_its_context(vllm_engine):
     from rlvr.rollout.base import SamplingParams
 

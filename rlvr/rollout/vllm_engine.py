@@ -147,6 +147,10 @@ class VLLMRolloutEngine:
         )
         if cuda:
             kwargs.update(gpu_memory_utilization=ro.vllm_gpu_memory_utilization, enable_sleep_mode=ro.vllm_sleep_mode)
+        else:
+            # vLLM's CPU backend fails on seeded requests whose prefill is split over steps ("CPU Generator does not
+            # use offset": it rewinds the generator of a discarded partial-prefill sample), so prefill whole prompts
+            kwargs.update(enable_chunked_prefill=False)
         if int(os.environ.get("WORLD_SIZE", 1)) > 1:
             # one engine per rank inside the launcher's processes, tensor parallel size 1: vLLM sees the launcher's
             # world as "external data parallel" ranks that each generate on their own (vllm/distributed/
