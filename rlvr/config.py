@@ -450,8 +450,22 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
                 if not isinstance(child, dict):
                     raise RecipeError(f"--set {item!r}: {part!r} holds a {type(child).__name__}, not a section")
             node = child
-        node[parts[-1]] = yaml.safe_load(text) if text.strip() else None
+        node[parts[-1]] = _parse_value(text)
     return out
+
+
+def _parse_value(text: str) -> Any:
+    """YAML, plus numbers YAML 1.1 reads as strings (``1e-6``, ``-3E5``)."""
+    if not text.strip():
+        return None
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+    return value
 
 
 def _model_at(loc: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
