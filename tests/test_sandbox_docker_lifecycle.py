@@ -19,7 +19,10 @@ from sandbox.backends.docker_pool import OWNER_LABEL, remove_stale_containers
 pytestmark = [pytest.mark.docker, pytest.mark.security]
 REPO = Path(__file__).resolve().parent.parent
 CALLER = textwrap.dedent("""
-    import sys, sandbox
+    import signal, sys, sandbox
+    # a shell that starts jobs in the background (nohup, `&` in a script) hands them SIGINT ignored; the test needs
+    # the ordinary KeyboardInterrupt whoever launched pytest
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sandbox.run("import time\\ntime.sleep(60)", [{"input": "", "output": "x"}], limits={"time_s": float(sys.argv[1])},
                 backend="docker")
     print("done", flush=True)
