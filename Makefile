@@ -24,7 +24,7 @@ sandbox:
 	bash sandbox/setup.sh
 
 demo: install
-	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo
+	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo --overwrite
 
 # The default suite: everything but `slow`; vLLM tests skip (with the reason) where vLLM is not installed.
 test: install sandbox
