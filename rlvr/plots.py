@@ -40,6 +40,11 @@ def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "") 
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+    return save_figure(fig, out_path, title)
+
+
+def save_figure(fig: Any, out_path: Path, title: str = "") -> Path:
+    """Title, lay out, write ``fig`` to ``out_path`` (PNG, parents created) and close it; returns ``out_path``."""
     if title:
         fig.suptitle(title)
     fig.tight_layout()

@@ -149,3 +149,27 @@ def test_staged_response_length_metrics_histograms_and_plot(tiny, tmp_path):
     hist = events.Histograms("curriculum/group_solve_rate")
     assert [h.step for h in hist] == [1, 2, 3] and hist[0].histogram_value.num == 4  # 4 groups a step
     assert "curriculum/prompt_solve_rate" in events.Tags()["histograms"]
+
+
+def test_token_budget_ends_the_run_after_the_step_that_spends_it(tiny, tmp_path):
+    raw = _recipe(tiny, "odd_answers_solved", trainer={"steps": 1})
+    _trainer(raw, tmp_path / "probe").train()
+    per_step = _steps(tmp_path / "probe")[0]["rollout/tokens_generated"]  # 4 groups x 4 samples
+    budget = int(2.5 * per_step)  # spent during the third step on this tiny task (lengths vary little)
+    raw = _recipe(tiny, "odd_answers_solved", trainer={"steps": 10, "max_tokens_generated": budget})
+    summary = _trainer(raw, tmp_path / "run").train()
+    steps = _steps(tmp_path / "run")
+    totals = [m["rollout/tokens_generated_total"] for m in steps]
+    assert summary["steps"] == len(steps) < 10
+    assert totals[-1] >= budget > totals[-2]  # stopped at the first step that reached the budget, not before
+    assert summary["tokens_generated"] == totals[-1]
+    assert (tmp_path / f"run/checkpoints/step-{len(steps)}").is_dir()
+
+
+def test_token_budget_stops_dynamic_sampling_rounds(tiny, tmp_path):
+    raw = _recipe(tiny, "never_solved", trainer={"steps": 5, "max_tokens_generated": 1},
+                  algorithm={"dynamic_sampling": {"enabled": True, "max_rounds": 3}})
+    summary = _trainer(raw, tmp_path / "run").train()
+    (m,) = _steps(tmp_path / "run")  # one round spends the 1-token budget: no refill, no second step
+    assert summary["steps"] == 1 and m["rollout/rounds"] == 1 and m["rollout/groups_kept"] == 0
+    assert m["train/skipped_empty_batch"] == 1.0

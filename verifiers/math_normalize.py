@@ -163,37 +163,24 @@ def _plain_text_math(s: str) -> str:
 
 def _paren_exponents(s: str) -> str:
     """``e^(2x)`` -> ``e^{2x}`` (plain-text exponents in parentheses)."""
-    out = []
-    i = 0
-    while True:
-        j = s.find("^(", i)
-        if j < 0:
-            out.append(s[i:])
-            return "".join(out)
-        depth, k = 0, j + 1
-        while k < len(s):
-            depth += {"(": 1, ")": -1}.get(s[k], 0)
-            if depth == 0:
-                break
-            k += 1
-        if k >= len(s):
-            out.append(s[i:])
-            return "".join(out)
-        out.append(s[i:j] + "^{" + s[j + 2 : k] + "}")
-        i = k + 1
+    return _brace_paren_argument(s, "^")
 
 
 def _paren_sqrt(s: str) -> str:
     """``\\sqrt(x+1)`` -> ``\\sqrt{x+1}`` (plain-text square roots)."""
+    return _brace_paren_argument(s, "\\sqrt")
+
+
+def _brace_paren_argument(s: str, head: str) -> str:
+    """``head(...)`` -> ``head{...}`` up to the matching parenthesis; an unclosed one is left as it is."""
     out = []
     i = 0
     while True:
-        j = s.find("\\sqrt(", i)
+        j = s.find(head + "(", i)
         if j < 0:
             out.append(s[i:])
             return "".join(out)
-        depth = 0
-        k = j + 5
+        depth, k = 0, j + len(head)
         while k < len(s):
             depth += {"(": 1, ")": -1}.get(s[k], 0)
             if depth == 0:
@@ -202,7 +189,7 @@ def _paren_sqrt(s: str) -> str:
         if k >= len(s):
             out.append(s[i:])
             return "".join(out)
-        out.append(s[i:j] + "\\sqrt{" + s[j + 6 : k] + "}")
+        out.append(s[i:j] + head + "{" + s[j + len(head) + 1 : k] + "}")
         i = k + 1
 
 

@@ -30,12 +30,11 @@ import torch
 
 from rlvr.config import Recipe
 from rlvr.curriculum.histogram import format_histogram
-from rlvr.data.prompts import Prompt, build_prompt_set
-from rlvr.data.sources import load_rows
-from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from rlvr.data.prompts import Prompt
+from rlvr.models import eos_token_ids, load_causal_lm
+from rlvr.recipe_inputs import recipe_inputs
 from rlvr.rollout.base import SamplingParams
-from rlvr.trainer.grpo import sample_dict, verifier_specs
-from verifiers.registry import get_verifier
+from rlvr.trainer.grpo import sample_dict
 from verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"
@@ -206,18 +205,9 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
     if kept_path.resolve() == out_path.resolve():
         raise FilterError(f"the kept file and the output are the same file: {out_path}")
     start = time.perf_counter()
-    rows = load_rows(recipe.data)
-    specs = verifier_specs(recipe)
-    for spec in specs:
-        get_verifier(spec.name)
-    model_path = resolve_model_path(recipe.model.name)
-    if recipe.trainer.num_threads:
-        torch.set_num_threads(recipe.trainer.num_threads)
     key = recipe.data.prompt_field
-    with RewardFunction(specs, num_workers=recipe.reward.num_workers,
-                        failure_score=recipe.reward.failure_score) as reward_fn:
-        tokenizer = load_tokenizer(model_path, recipe.model)
-        prompts = build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed).train
+    with recipe_inputs(recipe) as inputs:
+        tokenizer, reward_fn, prompts = inputs.tokenizer, inputs.reward_fn, inputs.prompt_set.train
         measured = read_measured(out_path, k)
         known = {str(p.row[key]) for p in prompts}
         strangers = [r for r in measured if str(r.get(key)) not in known]
@@ -226,7 +216,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
                               f"training prompts (first: {str(strangers[0].get(key))[:80]!r}): use another --out")
         done = {str(r[key]) for r in measured}
         todo = [p for p in prompts if str(p.row[key]) not in done]
-        engine = engine or _build_engine(recipe, model_path, tokenizer)
+        engine = engine or _build_engine(recipe, inputs.model_path, tokenizer)
         ro = recipe.rollout
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
                                   max_new_tokens=ro.max_new_tokens)

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rlvr.curriculum.histogram import BIN_LABELS  # noqa: E402
+from rlvr.plots import save_figure  # noqa: E402
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
@@ -61,10 +62,4 @@ def plot_curriculum(records: list[dict[str, Any]], out_path: Path, title: str = 
     for a in axes:
         a.set_xlabel("step")
         a.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=90)
-    plt.close(fig)
-    return out_path
+    return save_figure(fig, out_path, title)

@@ -298,8 +298,9 @@ class GRPOTrainer:
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
         """Rollout + verify, with DAPO dynamic sampling (2503.14476, section 3.2) when enabled: groups whose rewards
         are all equal carry no gradient and are dropped, and more prompts are drawn until B groups remain or
-        ``max_rounds`` generation rounds are done. When the cap is hit the step trains on what it has (possibly
-        nothing: then the update is skipped), never aborts, and says so in ``rollout/max_rounds_hit``.
+        ``max_rounds`` generation rounds are done or ``trainer.max_tokens_generated`` is spent. When the cap is hit
+        the step trains on what it has (possibly nothing: then the update is skipped), never aborts, and says so in
+        ``rollout/max_rounds_hit``.
 
         Every group generated, kept or not, updates the per-prompt solve rates (``self.curriculum.observe``)."""
         r = self.recipe
@@ -332,7 +333,8 @@ class GRPOTrainer:
                 part = _select_groups(part, ~zero_var)
             kept.append(part)
             have += int(all_reduce_sum(torch.tensor([len(part.prompts)]))[0])
-            if not ds.enabled or have >= want or rounds >= ds.max_rounds:
+            if not ds.enabled or have >= want or rounds >= ds.max_rounds \
+                    or self._budget_spent(self.tokens_generated + generated):
                 break
         batch = _concat(kept)
         zero_var_after = 0.0
@@ -659,6 +661,14 @@ class GRPOTrainer:
                         top_p=self.recipe.rollout.top_p, seed=ev.seed, rank=self.dist.rank,
                         world_size=self.dist.world_size)
 
+    def _budget_spent(self, tokens: int) -> bool:
+        budget = self.recipe.trainer.max_tokens_generated
+        return budget is not None and tokens >= budget
+
+    def _finished(self) -> bool:
+        """``trainer.steps`` done, or the generated-token budget spent (same on every rank: the count is reduced)."""
+        return self.step_done >= self.recipe.trainer.steps or self._budget_spent(self.tokens_generated)
+
     # ------------------------------------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
         """Run the remaining steps with an eval before the first and after the last; returns the summary."""
@@ -669,19 +679,23 @@ class GRPOTrainer:
             self.eval_before = result.as_dict() if result else None
             if self.eval_before:
                 self.logger.log(0, {f"eval/{k}": v for k, v in self.eval_before.items()})
-        progress = TrainProgress(total=r.trainer.steps, done=self.step_done, enabled=self.dist.is_main)
+        progress = TrainProgress(total=r.trainer.steps, done=self.step_done, enabled=self.dist.is_main,
+                                 token_budget=r.trainer.max_tokens_generated)
         with progress:
-            while self.step_done < r.trainer.steps:
+            while not self._finished():
                 metrics = self.step()
-                step = self.step_done
-                if r.eval.enabled and r.eval.every and step % r.eval.every == 0 and step < r.trainer.steps:
+                step, last = self.step_done, self._finished()
+                if r.eval.enabled and r.eval.every and step % r.eval.every == 0 and not last:
                     res = self.evaluate()
                     if res:
                         metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
                 self.logger.log(step, metrics)
                 progress.update(step, metrics)
-                if r.trainer.save_every and step % r.trainer.save_every == 0 and step < r.trainer.steps:
+                if r.trainer.save_every and step % r.trainer.save_every == 0 and not last:
                     self.save()
+        if self.step_done < r.trainer.steps and self.dist.is_main:
+            print(f"token budget spent ({self.tokens_generated:,} of trainer.max_tokens_generated="
+                  f"{r.trainer.max_tokens_generated:,} tokens generated): stopping after step {self.step_done}")
         eval_after = None
         if r.eval.enabled:
             res = self.evaluate()

@@ -15,9 +15,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 class TrainProgress:
     """Context manager; ``update(step, metrics)`` after each step. Disabled on ranks other than 0."""
 
-    def __init__(self, total: int, done: int = 0, enabled: bool = True) -> None:
+    def __init__(self, total: int, done: int = 0, enabled: bool = True, token_budget: int | None = None) -> None:
         self.enabled = enabled
         self.total = total
+        self.token_budget = token_budget
         self.console = Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self._progress = Progress(
@@ -50,6 +51,8 @@ class TrainProgress:
         if not self.enabled:
             return
         stats = self.format_stats(metrics)
+        if self.token_budget and "rollout/tokens_generated_total" in metrics:
+            stats += f" tokens={metrics['rollout/tokens_generated_total']:,.0f}/{self.token_budget:,}"
         self._progress.update(self._task, completed=step, stats=stats)
         if not self.live:
             print(f"step {step}/{self.total} {stats}", file=sys.stderr, flush=True)
