@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from rlvr.config import Recipe
-from rlvr.models import eos_token_ids, load_causal_lm
-from rlvr.recipe_inputs import recipe_inputs
-from rlvr.rollout.hf import HFRolloutEngine
+from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.trainer.grpo import run_eval
 
 
@@ -24,10 +20,7 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
         if not prompts:
             raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")
-        model = load_causal_lm(inputs.model_path, recipe.model).eval()
-        engine = HFRolloutEngine(model, tokenizer, eos_token_ids(model, tokenizer),
-                                 batch_size=recipe.rollout.generation_batch_size,
-                                 autocast_dtype=torch.bfloat16 if recipe.trainer.bf16 else None)
+        engine = build_engine(recipe, inputs.model_path, tokenizer)
         ev = recipe.eval
         result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
                           temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,

@@ -1,6 +1,6 @@
 """What a command that samples from a recipe's model without training (``rlvr eval``, ``rlvr filter``) opens first:
-rows, verifiers, model path, tokenizer, prompt split and the reward function, with every error raised before a model
-is loaded."""
+rows, verifiers, model path, tokenizer, prompt split, reward function (every error raised before a model is loaded), then
+the recipe's rollout engine."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import torch
 from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
-from rlvr.models import load_tokenizer, resolve_model_path
+from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from rlvr.trainer.grpo import verifier_specs
 from verifiers.registry import get_verifier
 from verifiers.reward import RewardFunction
@@ -48,3 +48,19 @@ def recipe_inputs(recipe: Recipe) -> Iterator[RecipeInputs]:
         tokenizer = load_tokenizer(model_path, recipe.model)
         yield RecipeInputs(model_path, tokenizer, build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed),
                            reward_fn)
+
+
+def build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
+    """The recipe's rollout engine (``rollout.engine``: hf or vllm) on the model at ``model_path``, for sampling only.
+
+    Raises:
+        ModelLoadError: the model does not load. ImportError: ``vllm`` asked for but not installed.
+    """
+    model = load_causal_lm(model_path, recipe.model).eval()
+    eos = eos_token_ids(model, tokenizer)
+    if recipe.rollout.engine == "hf":
+        from rlvr.rollout.hf import HFRolloutEngine
+        return HFRolloutEngine(model, tokenizer, eos, batch_size=recipe.rollout.generation_batch_size,
+                               autocast_dtype=torch.bfloat16 if recipe.trainer.bf16 else None)
+    from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
+    return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos)

@@ -31,8 +31,7 @@ import torch
 from rlvr.config import Recipe
 from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
-from rlvr.models import eos_token_ids, load_causal_lm
-from rlvr.recipe_inputs import recipe_inputs
+from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.grpo import sample_dict
 from verifiers.reward import RewardFunction
@@ -110,17 +109,6 @@ def read_measured(out_path: Path, k: int) -> list[dict[str, Any]]:
                               f"use the same --k to resume, or another --out")
         rows.append(row)
     return rows
-
-
-def _build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
-    model = load_causal_lm(model_path, recipe.model).eval()
-    eos = eos_token_ids(model, tokenizer)
-    if recipe.rollout.engine == "hf":
-        from rlvr.rollout.hf import HFRolloutEngine
-        return HFRolloutEngine(model, tokenizer, eos, batch_size=recipe.rollout.generation_batch_size,
-                               autocast_dtype=torch.bfloat16 if recipe.trainer.bf16 else None)
-    from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
-    return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos)
 
 
 class _Progress:
@@ -216,7 +204,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
                               f"training prompts (first: {str(strangers[0].get(key))[:80]!r}): use another --out")
         done = {str(r[key]) for r in measured}
         todo = [p for p in prompts if str(p.row[key]) not in done]
-        engine = engine or _build_engine(recipe, inputs.model_path, tokenizer)
+        engine = engine or build_engine(recipe, inputs.model_path, tokenizer)
         ro = recipe.rollout
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
                                   max_new_tokens=ro.max_new_tokens)
