@@ -7,7 +7,7 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.recipe_inputs import build_engine, recipe_inputs
-from rlvr.trainer.grpo import run_eval
+from rlvr.evaluation import run_eval
 
 
 def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:

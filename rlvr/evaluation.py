@@ -1,4 +1,5 @@
-"""Held-out evaluation: pass@1 with its standard error, pass@k, maj@k and mean response length.
+"""Held-out evaluation (`run_eval`: sample, verify, summarise): pass@1 with its standard error, pass@k, maj@k and mean
+response length.
 
 pass@k uses the unbiased estimator of Chen et al. 2107.03374 (eq. 1): ``1 - C(n - c, k) / C(n, k)`` for n samples of
 which c are correct. maj@k: the most common extracted answer among the k samples (ties broken by first occurrence) is
@@ -11,6 +12,14 @@ import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
+
+from rlvr.data.prompts import Prompt
+from rlvr.rollout.base import SamplingParams
+from rlvr.trainer.distributed import all_gather_objects
+from rlvr.verifier_inputs import sample_dict
+from verifiers.reward import RewardFunction
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -78,3 +87,37 @@ def summarize(correct: list[list[bool]], answers: list[list[str | None]],
         mean_length=sum(flat(lengths)) / (n * k),
         truncated=sum(flat(truncated)) / (n * k),
     )
+
+
+def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: RewardFunction, solved_label: str, *,
+             k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, seed: int = 1234, rank: int = 0,
+             world_size: int = 1) -> EvalResult:
+    """Sample k completions per held-out prompt and summarise (greedy when temperature is 0, then k = 1).
+
+    Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
+    """
+    from verifiers.math_answer import extract_answer
+
+    if temperature == 0:
+        k = 1
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    mine = prompts[rank::world_size]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + rank)
+        groups = engine.generate([p.token_ids for p in mine], k, sampling) if mine else []
+    comps = [c for grp in groups for c in grp]
+    texts = tokenizer.batch_decode([c.token_ids for c in comps], skip_special_tokens=True)
+    samples = [sample_dict(mine[i // k], c, max_new_tokens) for i, c in enumerate(comps)]
+    results = reward_fn.score(texts, samples) if comps else []
+    rows = []
+    for j in range(len(mine)):
+        sl = slice(j * k, (j + 1) * k)
+        rows.append(dict(
+            correct=[(res.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for res in results[sl]],
+            answers=[extract_answer(t) for t in texts[sl]],
+            rewards=[res.total for res in results[sl]],
+            lengths=[len(c.token_ids) for c in comps[sl]],
+            truncated=[c.finish_reason == "length" for c in comps[sl]]))
+    rows = [row for part in all_gather_objects(rows) for row in part]
+    return summarize(**{key: [row[key] for row in rows] for key in ("correct", "answers", "rewards", "lengths",
+                                                                     "truncated")})

@@ -15,7 +15,7 @@ from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
-from rlvr.trainer.grpo import verifier_specs
+from rlvr.verifier_inputs import verifier_specs
 from verifiers.registry import get_verifier
 from verifiers.reward import RewardFunction
 

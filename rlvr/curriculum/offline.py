@@ -33,7 +33,7 @@ from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
 from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
-from rlvr.trainer.grpo import sample_dict
+from rlvr.verifier_inputs import sample_dict
 from verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"

@@ -29,24 +29,25 @@ import torch
 from rlvr import checkpoint as ckpt
 from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
 from rlvr.config import Recipe, _deep_merge, dump_recipe
-from rlvr.data.prompts import Prompt, build_prompt_set
+from rlvr.data.prompts import build_prompt_set
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.data.sources import load_rows
-from rlvr.evaluation import EvalResult, summarize
+from rlvr.evaluation import EvalResult, run_eval
 from rlvr.kl import AdaptiveKLController, kl_per_token
 from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from rlvr.plots import plot_curves
-from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
                                      init_distributed, record_grad_norm_without_zero)
 from rlvr.trainer.micro_batches import plan_micro_batches
 from rlvr.trainer.progress import TrainProgress
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifier_inputs import sample_dict, verifier_specs
+from verifiers.reward import RewardFunction
 from verifiers.registry import get_verifier
 
 STAGES = ("rollout", "reward", "advantages", "update", "sync", "checkpoint")
@@ -65,23 +66,6 @@ class StageTimer:
             yield
         finally:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
-
-
-def verifier_specs(recipe: Recipe) -> list[VerifierSpec]:
-    """The recipe's verifiers plus the ones its algorithm adds (DAPO soft overlong punishment)."""
-    specs = [VerifierSpec(name=v.name, weight=v.weight, kwargs=dict(v.kwargs), timeout_s=v.timeout_s)
-             for v in recipe.verifiers]
-    ov = recipe.algorithm.overlong
-    if ov.enabled:
-        specs.append(VerifierSpec(name="overlong", weight=1.0,
-                                  kwargs={"buffer_tokens": ov.buffer_tokens, "penalty": ov.penalty}))
-    return specs
-
-
-def sample_dict(prompt: Prompt, completion: Completion, max_new_tokens: int) -> dict[str, Any]:
-    """What a verifier sees: the dataset row, the prompt text and the completion's token facts."""
-    return {**prompt.row, "prompt": prompt.text, "completion_tokens": len(completion.token_ids),
-            "max_new_tokens": max_new_tokens, "finish_reason": completion.finish_reason}
 
 
 class GRPOTrainer:
@@ -744,37 +728,3 @@ def _concat(parts: list[RolloutBatch]) -> RolloutBatch:
         reward_results=[x for b in parts for x in b.reward_results],
         rewards=torch.cat([b.rewards for b in parts]), solved=torch.cat([b.solved for b in parts]),
         valid=torch.cat([b.valid for b in parts]))
-
-
-def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: RewardFunction, solved_label: str, *,
-             k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, seed: int = 1234, rank: int = 0,
-             world_size: int = 1) -> EvalResult:
-    """Sample k completions per held-out prompt and summarise (greedy when temperature is 0, then k = 1).
-
-    Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
-    """
-    from verifiers.math_answer import extract_answer
-
-    if temperature == 0:
-        k = 1
-    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    mine = prompts[rank::world_size]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + rank)
-        groups = engine.generate([p.token_ids for p in mine], k, sampling) if mine else []
-    comps = [c for grp in groups for c in grp]
-    texts = tokenizer.batch_decode([c.token_ids for c in comps], skip_special_tokens=True)
-    samples = [sample_dict(mine[i // k], c, max_new_tokens) for i, c in enumerate(comps)]
-    results = reward_fn.score(texts, samples) if comps else []
-    rows = []
-    for j in range(len(mine)):
-        sl = slice(j * k, (j + 1) * k)
-        rows.append(dict(
-            correct=[(res.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for res in results[sl]],
-            answers=[extract_answer(t) for t in texts[sl]],
-            rewards=[res.total for res in results[sl]],
-            lengths=[len(c.token_ids) for c in comps[sl]],
-            truncated=[c.finish_reason == "length" for c in comps[sl]]))
-    rows = [row for part in all_gather_objects(rows) for row in part]
-    return summarize(**{key: [row[key] for row in rows] for key in ("correct", "answers", "rewards", "lengths",
-                                                                     "truncated")})
