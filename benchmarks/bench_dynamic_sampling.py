@@ -3,9 +3,11 @@
     python benchmarks/bench_dynamic_sampling.py                        # seeds 0-3, writes results/dynamic_sampling.md
     python benchmarks/bench_dynamic_sampling.py --seeds 0 1 --budget 8000
 
-For each seed, two runs of ``recipes/demo.yaml`` that differ only in ``algorithm.dynamic_sampling.enabled``; both end
-when ``trainer.max_tokens_generated`` is spent (every generated token counts, dropped groups included). A seed fixes
-the held-out split, the initial eval and the first draws, so the two arms of one seed are a paired comparison. Runs
+For each seed, runs of ``recipes/demo.yaml`` that differ only in ``algorithm.dynamic_sampling``: off (``plain``), on
+(``dynamic``), and on with ``scale_unfilled: false`` (``dynamic-unscaled``: a step that hit the round cap is normalised
+by the tokens it kept). Every run ends when ``trainer.max_tokens_generated`` is spent (every generated token counts,
+dropped groups included). A seed fixes the held-out split, the few-shot example, the initial eval and the first
+draws, so the arms of one seed are a paired comparison. Runs
 go ``--parallel`` at a time with one torch thread each; a run whose ``summary.json`` exists is not redone, so an
 interrupted benchmark continues where it stopped.
 """
@@ -26,7 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
        "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # the Makefile's defaults
-ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"]}
+ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
+        "dynamic-unscaled": ["algorithm.dynamic_sampling.enabled=true",
+                             "algorithm.dynamic_sampling.scale_unfilled=false"]}
 
 
 def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
@@ -91,12 +95,15 @@ def report(args: argparse.Namespace, rows: dict[tuple[str, int], dict]) -> str:
         lines.append(f"| {arm} | {_mean_se([r['after'] for r in rs])} | {statistics.mean(r['tokens'] for r in rs):,.0f}"
                      f" | {statistics.mean(r['steps'] for r in rs):.1f} | {zero:.0%} "
                      f"| {statistics.mean(r['wall'] for r in rs):.0f} |")
-    diffs = [rows["dynamic", s]["after"] - rows["plain", s]["after"] for s in args.seeds]
-    eval_se = math.sqrt(sum(rows[a, s]["after_se"] ** 2 for a in ARMS for s in args.seeds)) / len(args.seeds)
-    lines += ["", f"Paired difference, dynamic - plain, held-out pass@1 after: {_mean_se(diffs)} across seeds "
-              f"(per seed: {', '.join(f'{d:+.3f}' for d in diffs)}); the held-out sampling error alone of that mean "
-              f"is ± {eval_se:.3f}.", "",
-              f"Command: `python benchmarks/bench_dynamic_sampling.py --seeds {' '.join(map(str, args.seeds))} "
+    lines.append("")
+    for arm in list(ARMS)[1:]:
+        diffs = [rows[arm, s]["after"] - rows["plain", s]["after"] for s in args.seeds]
+        eval_se = math.sqrt(sum(rows[a, s]["after_se"] ** 2 for a in (arm, "plain") for s in args.seeds)) \
+            / len(args.seeds)
+        lines.append(f"Paired difference {arm} - plain, held-out pass@1 after: {_mean_se(diffs)} across seeds "
+                     f"(per seed: {', '.join(f'{d:+.3f}' for d in diffs)}); the held-out sampling error alone of that "
+                     f"mean is ± {eval_se:.3f}.")
+    lines += ["", f"Command: `python benchmarks/bench_dynamic_sampling.py --seeds {' '.join(map(str, args.seeds))} "
               f"--budget {args.budget} --max-rounds {args.max_rounds} --threads {args.threads} "
               f"--parallel {args.parallel}`"]
     return "\n".join(lines) + "\n"

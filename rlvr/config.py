@@ -171,6 +171,11 @@ class DynamicSamplingConfig(_Section):
     """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to fill the batch."""
     max_rounds: int = Field(3, ge=1)
     """Generation rounds per step at most; when hit, the step trains on what it has (never aborts)."""
+    scale_unfilled: bool = True
+    """A step that kept only k of its B groups scales its loss by k / B, as if the missing groups were the
+    zero-advantage groups the sampler found instead: a step on one lucky group then moves the policy 1/B as far as a
+    full one, not as far (token-mean would otherwise give that one group the weight of a whole batch). ``False``: every
+    step is normalised by the tokens it kept."""
 
 
 class AlgorithmConfig(_Section):

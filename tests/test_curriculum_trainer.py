@@ -173,3 +173,17 @@ def test_token_budget_stops_dynamic_sampling_rounds(tiny, tmp_path):
     (m,) = _steps(tmp_path / "run")  # one round spends the 1-token budget: no refill, no second step
     assert summary["steps"] == 1 and m["rollout/rounds"] == 1 and m["rollout/groups_kept"] == 0
     assert m["train/skipped_empty_batch"] == 1.0
+
+
+def test_an_unfilled_step_scales_its_loss_by_the_share_of_groups_kept(tiny, tmp_path):
+    runs = {}
+    for scale in (True, False):
+        raw = _recipe(tiny, "odd_answers_solved", trainer={"steps": 1}, optim={"grad_clip": None},
+                      algorithm={"dynamic_sampling": {"enabled": True, "max_rounds": 3, "scale_unfilled": scale}})
+        _trainer(raw, tmp_path / str(scale)).train()
+        (runs[scale],) = _steps(tmp_path / str(scale))
+    scaled, full = runs[True], runs[False]
+    fill = scaled["rollout/batch_filled"]
+    assert 0 < fill < 1 and fill == full["rollout/batch_filled"]  # same rollouts: odd answers dropped
+    assert scaled["train/loss"] == pytest.approx(fill * full["train/loss"], rel=1e-5, abs=1e-9)
+    assert scaled["train/grad_norm"] == pytest.approx(fill * full["train/grad_norm"], rel=1e-4)

@@ -441,10 +441,11 @@ class GRPOTrainer:
         dev = self.dist.device
         return batch.input_ids[idx, first:p + t].to(dev), am[:, first:p + t].to(dev), t
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, loss_scale: float = 1.0) -> dict[str, float]:
         """``ppo_epochs`` passes over the batch, ``mini_batches`` optimizer steps per pass, gradient accumulation over
         micro-batches. Each micro-batch's loss is normalised by the whole mini-batch's (all ranks') token/sample count,
-        so accumulation gives exactly the mini-batch loss."""
+        so accumulation gives exactly the mini-batch loss; ``loss_scale`` multiplies it (dynamic sampling's unfilled
+        steps, see ``DynamicSamplingConfig.scale_unfilled``)."""
         r, a = self.recipe, self.recipe.algorithm
         self.engine.train()
         # eval mode: dropout off (see rlvr.models.load_causal_lm), except with gradient checkpointing, which HF only
@@ -490,7 +491,7 @@ class GRPOTrainer:
                     if a.entropy_coef > 0:
                         tok_loss = tok_loss - a.entropy_coef * entropy
                     loss = aggregate_loss(tok_loss, mask, a.loss_agg, num_tokens=max(global_tokens, 1.0),
-                                          num_seqs=max(global_seqs, 1.0), max_len=r.rollout.max_new_tokens)
+                                          num_seqs=max(global_seqs, 1.0), max_len=r.rollout.max_new_tokens) * loss_scale
                     # DeepSpeed averages gradients over ranks; our normaliser is already global, so undo the mean
                     self.engine.backward(loss * world, scale_wrt_gas=False)
                     ntok = float(mask.sum())
@@ -539,7 +540,10 @@ class GRPOTrainer:
             self.compute_advantages(batch)
         with timer("update"):
             # skipped on the global count (a rank without groups still joins the collective update)
-            train_metrics = self.update(batch) if info["rollout/groups_kept"] else {"train/skipped_empty_batch": 1.0}
+            ds = self.recipe.algorithm.dynamic_sampling
+            scale = info["rollout/batch_filled"] if ds.enabled and ds.scale_unfilled else 1.0
+            train_metrics = self.update(batch, loss_scale=scale) if info["rollout/groups_kept"] \
+                else {"train/skipped_empty_batch": 1.0}
         if self.step_done == 0:
             self._report_rollout_logprob_check(train_metrics)
         with timer("sync"):
