@@ -5,8 +5,9 @@
 
 For each seed, runs of ``recipes/demo.yaml`` that differ only in ``algorithm.dynamic_sampling``: off (``plain``), on
 (``dynamic``), and on with ``scale_unfilled: false`` (``dynamic-unscaled``: a step that hit the round cap is normalised
-by the tokens it kept). Every run ends when ``trainer.max_tokens_generated`` is spent (every generated token counts,
-dropped groups included). A seed fixes the held-out split, the few-shot example, the initial eval and the first
+by the tokens it kept). Each of these ends when ``trainer.max_tokens_generated`` is spent (every generated token
+counts, dropped groups included). A fourth arm, ``dynamic-same-steps``, runs dynamic sampling for the recipe's
+``trainer.steps`` instead, as many optimizer steps as the plain run takes, spending more tokens. A seed fixes the held-out split, the few-shot example, the initial eval and the first
 draws, so the arms of one seed are a paired comparison. Runs
 go ``--parallel`` at a time with one torch thread each; a run whose ``summary.json`` exists is not redone, so an
 interrupted benchmark continues where it stopped.
@@ -25,12 +26,17 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rlvr.config import load_recipe
+
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
        "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # the Makefile's defaults
 ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
         "dynamic-unscaled": ["algorithm.dynamic_sampling.enabled=true",
-                             "algorithm.dynamic_sampling.scale_unfilled=false"]}
+                             "algorithm.dynamic_sampling.scale_unfilled=false"],
+        # not at the budget: as many optimizer steps as the plain arm takes (the recipe's), whatever they generate
+        "dynamic-same-steps": ["algorithm.dynamic_sampling.enabled=true", "trainer.max_tokens_generated=null",
+                               "trainer.steps={steps}"]}
 
 
 def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
@@ -39,7 +45,8 @@ def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
         return out
     sets = [f"seed={seed}", f"trainer.max_tokens_generated={args.budget}", "trainer.steps=1000",
             "trainer.save_every=0", f"trainer.num_threads={args.threads}",
-            f"algorithm.dynamic_sampling.max_rounds={args.max_rounds}", *ARMS[arm]]
+            f"algorithm.dynamic_sampling.max_rounds={args.max_rounds}",
+            *(x.format(steps=args.recipe_steps) for x in ARMS[arm])]
     cmd = [sys.executable, "-m", "rlvr.cli", "train", str(args.recipe), "-o", str(out), "--overwrite"]
     for s in sets:
         cmd += ["--set", s]
@@ -74,7 +81,8 @@ def _mean_se(xs: list[float]) -> str:
 
 def report(args: argparse.Namespace, rows: dict[tuple[str, int], dict]) -> str:
     lines = ["# Dynamic sampling vs plain GRPO on the CPU demo, same generated-token budget", "",
-             f"Recipe `{args.recipe.relative_to(REPO)}`, budget `trainer.max_tokens_generated={args.budget}`, "
+             f"Recipe `{args.recipe.relative_to(REPO)}`, budget `trainer.max_tokens_generated={args.budget}` "
+             f"(`dynamic-same-steps`: no budget, `trainer.steps={args.recipe_steps}`), "
              f"dynamic sampling `max_rounds={args.max_rounds}`, seeds {', '.join(map(str, args.seeds))}, "
              f"{args.threads} torch thread(s) per run, {args.parallel} run(s) at a time. Machine: "
              f"{platform.machine()}, {os.cpu_count()} CPUs.", "",
@@ -121,6 +129,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/dynamic_sampling.md")
     args = p.parse_args()
     args.recipe = args.recipe.resolve()
+    args.recipe_steps = load_recipe(args.recipe).trainer.steps
     jobs = [(arm, seed) for seed in args.seeds for arm in ARMS]
     with ThreadPoolExecutor(args.parallel) as pool:
         outs = dict(zip(jobs, pool.map(lambda j: _run(args, *j), jobs)))
