@@ -17,7 +17,7 @@ from rlvr.data.sources import load_rows
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from rlvr.verifier_inputs import verifier_specs
 from verifiers.registry import get_verifier
-from verifiers.reward import RewardFunction
+from verifiers.reward import RewardFunction, VerifierSpec
 
 
 @dataclass
@@ -28,6 +28,20 @@ class RecipeInputs:
     reward_fn: RewardFunction
 
 
+def check_recipe(recipe: Recipe) -> tuple[list[dict[str, Any]], list[VerifierSpec], str]:
+    """The cheap checks, before any model loads: the rows of ``recipe.data``, its verifier specs (each one looked up
+    in the registry) and its model's path (the embedded model is converted on first use).
+
+    Raises:
+        DataError, UnknownVerifierError, ModelLoadError.
+    """
+    rows = load_rows(recipe.data)
+    specs = verifier_specs(recipe)
+    for spec in specs:
+        get_verifier(spec.name)
+    return rows, specs, resolve_model_path(recipe.model.name)
+
+
 @contextmanager
 def recipe_inputs(recipe: Recipe) -> Iterator[RecipeInputs]:
     """Load ``recipe``'s rows, check its verifiers exist, resolve its model, set ``trainer.num_threads``, open its
@@ -36,11 +50,7 @@ def recipe_inputs(recipe: Recipe) -> Iterator[RecipeInputs]:
     Raises:
         DataError, ModelLoadError, UnknownVerifierError: nothing is loaded past the tokenizer then.
     """
-    rows = load_rows(recipe.data)
-    specs = verifier_specs(recipe)
-    for spec in specs:
-        get_verifier(spec.name)
-    model_path = resolve_model_path(recipe.model.name)
+    rows, specs, model_path = check_recipe(recipe)
     if recipe.trainer.num_threads:
         torch.set_num_threads(recipe.trainer.num_threads)
     with RewardFunction(specs, num_workers=recipe.reward.num_workers,

@@ -32,23 +32,22 @@ from rlvr.config import Recipe, _deep_merge, dump_recipe
 from rlvr.data.prompts import build_prompt_set
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
-from rlvr.data.sources import load_rows
 from rlvr.evaluation import EvalResult, run_eval
 from rlvr.kl import AdaptiveKLController, kl_per_token
 from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
-from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer
 from rlvr.plots import plot_curves
+from rlvr.recipe_inputs import check_recipe
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
                                      init_distributed, record_grad_norm_without_zero)
 from rlvr.trainer.micro_batches import plan_micro_batches
 from rlvr.trainer.progress import TrainProgress
-from rlvr.verifier_inputs import sample_dict, verifier_specs
+from rlvr.verifier_inputs import sample_dict
 from verifiers.reward import RewardFunction
-from verifiers.registry import get_verifier
 
 STAGES = ("rollout", "reward", "advantages", "update", "sync", "checkpoint")
 
@@ -104,11 +103,7 @@ class GRPOTrainer:
             raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
 
         # cheap checks first: data, verifiers, model path; the expensive model load comes last
-        rows = load_rows(r.data)
-        self.specs = verifier_specs(r)
-        for spec in self.specs:
-            get_verifier(spec.name)
-        model_path = resolve_model_path(r.model.name)
+        rows, self.specs, model_path = check_recipe(r)
         # the verifier pool forks before the model is loaded: workers stay small
         self.reward_fn = RewardFunction(self.specs, num_workers=r.reward.num_workers,
                                         failure_score=r.reward.failure_score)
