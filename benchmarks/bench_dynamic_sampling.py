@@ -4,13 +4,14 @@
     python benchmarks/bench_dynamic_sampling.py --seeds 0 1 --budget 8000
 
 For each seed, runs of ``recipes/demo.yaml`` that differ only in ``algorithm.dynamic_sampling``: off (``plain``), on
-(``dynamic``), and on with ``scale_unfilled: false`` (``dynamic-unscaled``: a step that hit the round cap is normalised
-by the tokens it kept). Each of these ends when ``trainer.max_tokens_generated`` is spent (every generated token
-counts, dropped groups included). A fourth arm, ``dynamic-same-steps``, runs dynamic sampling for the recipe's
-``trainer.steps`` instead, as many optimizer steps as the plain run takes, spending more tokens. A seed fixes the held-out split, the few-shot example, the initial eval and the first
-draws, so the arms of one seed are a paired comparison. Runs
-go ``--parallel`` at a time with one torch thread each; a run whose ``summary.json`` exists is not redone, so an
-interrupted benchmark continues where it stopped.
+(``dynamic``), on with ``scale_unfilled: false`` (``dynamic-unscaled``: a step that hit the round cap is normalised by
+the tokens it kept) and on with ``max_rounds: 1`` (``dynamic-1-round``: no refill, so the zero-variance groups are only
+left out of the update). Each of these ends when ``trainer.max_tokens_generated`` is spent (every generated token
+counts, dropped groups included). A last arm, ``dynamic-same-steps``, runs dynamic sampling for the recipe's
+``trainer.steps`` instead (as many optimizer steps as the plain run takes), spending more tokens. A seed fixes the
+held-out split, the few-shot example, the initial eval and the first draws, so the arms of one seed are a paired
+comparison. Runs go ``--parallel`` at a time with one torch thread each; a run whose ``summary.json`` exists is not
+redone, so an interrupted benchmark continues where it stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO
 ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
         "dynamic-unscaled": ["algorithm.dynamic_sampling.enabled=true",
                              "algorithm.dynamic_sampling.scale_unfilled=false"],
+        # no refill: plain GRPO minus the zero-variance groups in the update (the same steps and tokens)
+        "dynamic-1-round": ["algorithm.dynamic_sampling.enabled=true", "algorithm.dynamic_sampling.max_rounds=1"],
         # not at the budget: as many optimizer steps as the plain arm takes (the recipe's), whatever they generate
         "dynamic-same-steps": ["algorithm.dynamic_sampling.enabled=true", "trainer.max_tokens_generated=null",
                                "trainer.steps={steps}"]}
