@@ -21,6 +21,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,8 @@ def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
         rc = subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=ENV).returncode
     if rc:
         raise RuntimeError(f"{arm} seed {seed} failed (exit {rc}); see {out}.log")
+    if not args.keep_checkpoints:  # ~2 GB a run (fp32 weights + Adam states); the summary and metrics stay
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)
     print(f"done {arm} seed {seed}", flush=True)
     return out
 
@@ -128,6 +131,7 @@ def main() -> None:
     p.add_argument("--max-rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--keep-checkpoints", action="store_true", help="keep each run's final checkpoint (~2 GB each)")
     p.add_argument("--runs-dir", type=Path, default=REPO / "runs/bench_dynamic_sampling")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/dynamic_sampling.md")
     args = p.parse_args()
