@@ -28,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rlvr.config import load_recipe
+from rlvr.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
@@ -38,19 +38,17 @@ ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
                              "algorithm.dynamic_sampling.scale_unfilled=false"],
         # no refill: plain GRPO minus the zero-variance groups in the update (the same steps and tokens)
         "dynamic-1-round": ["algorithm.dynamic_sampling.enabled=true", "algorithm.dynamic_sampling.max_rounds=1"],
-        # not at the budget: as many optimizer steps as the plain arm takes (the recipe's), whatever they generate
-        "dynamic-same-steps": ["algorithm.dynamic_sampling.enabled=true", "trainer.max_tokens_generated=null",
-                               "trainer.steps={steps}"]}
+        "dynamic-same-steps": ["algorithm.dynamic_sampling.enabled=true"]}
+UNBUDGETED = {"dynamic-same-steps"}  # the recipe's trainer.steps (the plain arm's), whatever they generate
 
 
 def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
     out = args.runs_dir / f"{arm}-seed{seed}"
     if (out / "summary.json").exists():
         return out
-    sets = [f"seed={seed}", f"trainer.max_tokens_generated={args.budget}", "trainer.steps=1000",
-            "trainer.save_every=0", f"trainer.num_threads={args.threads}",
-            f"algorithm.dynamic_sampling.max_rounds={args.max_rounds}",
-            *(x.format(steps=args.recipe_steps) for x in ARMS[arm])]
+    budget = [] if arm in UNBUDGETED else [f"trainer.max_tokens_generated={args.budget}", "trainer.steps=1000"]
+    sets = [f"seed={seed}", *budget, "trainer.save_every=0", f"trainer.num_threads={args.threads}",
+            f"algorithm.dynamic_sampling.max_rounds={args.max_rounds}", *ARMS[arm]]
     cmd = [sys.executable, "-m", "rlvr.cli", "train", str(args.recipe), "-o", str(out), "--overwrite"]
     for s in sets:
         cmd += ["--set", s]
@@ -68,8 +66,7 @@ def _run(args: argparse.Namespace, arm: str, seed: int) -> Path:
 
 def _row(out: Path) -> dict:
     summary = json.loads((out / "summary.json").read_text())
-    steps = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [m for m in steps if "rollout/groups_kept" in m]
+    steps = [m for m in read_metrics(out) if "rollout/groups_kept" in m]
     kept = sum(m["rollout/groups_kept"] for m in steps)
     zero_kept = sum(m["rollout/zero_var_groups_after_filter"] * m["rollout/groups_kept"] for m in steps)
     a, b = summary["eval_after"], summary["eval_before"]
@@ -88,7 +85,7 @@ def _mean_se(xs: list[float]) -> str:
 def report(args: argparse.Namespace, rows: dict[tuple[str, int], dict]) -> str:
     lines = ["# Dynamic sampling vs plain GRPO on the CPU demo, same generated-token budget", "",
              f"Recipe `{args.recipe.relative_to(REPO)}`, budget `trainer.max_tokens_generated={args.budget}` "
-             f"(`dynamic-same-steps`: no budget, `trainer.steps={args.recipe_steps}`), "
+             f"(`dynamic-same-steps`: no budget, the recipe's `trainer.steps`), "
              f"dynamic sampling `max_rounds={args.max_rounds}`, seeds {', '.join(map(str, args.seeds))}, "
              f"{args.threads} torch thread(s) per run, {args.parallel} run(s) at a time. Machine: "
              f"{platform.machine()}, {os.cpu_count()} CPUs.", "",
@@ -136,7 +133,6 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/dynamic_sampling.md")
     args = p.parse_args()
     args.recipe = args.recipe.resolve()
-    args.recipe_steps = load_recipe(args.recipe).trainer.steps
     jobs = [(arm, seed) for seed in args.seeds for arm in ARMS]
     with ThreadPoolExecutor(args.parallel) as pool:
         outs = dict(zip(jobs, pool.map(lambda j: _run(args, *j), jobs)))
