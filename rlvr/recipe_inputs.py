@@ -1,6 +1,6 @@
-"""What a command that samples from a recipe's model without training (``rlvr eval``, ``rlvr filter``) opens first:
-rows, verifiers, model path, tokenizer, prompt split, reward function (every error raised before a model is loaded), then
-the recipe's rollout engine."""
+"""What every command that runs a recipe's model opens before loading it (the trainer, ``rlvr eval``, ``rlvr filter``):
+rows, verifiers, model path, reward pool, tokenizer and prompt split, with every input error raised first; and, for
+the commands that only sample, the recipe's rollout engine."""
 
 from __future__ import annotations
 
@@ -22,42 +22,46 @@ from verifiers.reward import RewardFunction, VerifierSpec
 
 @dataclass
 class RecipeInputs:
+    specs: list[VerifierSpec]
     model_path: str
     tokenizer: Any
     prompt_set: PromptSet
     reward_fn: RewardFunction
 
 
-def check_recipe(recipe: Recipe) -> tuple[list[dict[str, Any]], list[VerifierSpec], str]:
-    """The cheap checks, before any model loads: the rows of ``recipe.data``, its verifier specs (each one looked up
-    in the registry) and its model's path (the embedded model is converted on first use).
+def open_recipe_inputs(recipe: Recipe) -> RecipeInputs:
+    """The cheap checks first (the rows of ``recipe.data``, its verifier specs, each looked up in the registry, its
+    model's path: the embedded model is converted on first use), then ``trainer.num_threads``, the reward pool (forked
+    before any model is loaded, so its workers stay small; the caller closes it) and the train/eval prompt split built
+    with the model's tokenizer.
 
     Raises:
-        DataError, UnknownVerifierError, ModelLoadError.
+        DataError, UnknownVerifierError, ModelLoadError: nothing is loaded past the tokenizer then, and no pool is left
+        running.
     """
     rows = load_rows(recipe.data)
     specs = verifier_specs(recipe)
     for spec in specs:
         get_verifier(spec.name)
-    return rows, specs, resolve_model_path(recipe.model.name)
+    model_path = resolve_model_path(recipe.model.name)
+    if recipe.trainer.num_threads:
+        torch.set_num_threads(recipe.trainer.num_threads)
+    reward_fn = RewardFunction(specs, num_workers=recipe.reward.num_workers, failure_score=recipe.reward.failure_score)
+    try:
+        tokenizer = load_tokenizer(model_path, recipe.model)
+        prompt_set = build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed)
+    except BaseException:
+        reward_fn.close()
+        raise
+    return RecipeInputs(specs, model_path, tokenizer, prompt_set, reward_fn)
 
 
 @contextmanager
 def recipe_inputs(recipe: Recipe) -> Iterator[RecipeInputs]:
-    """Load ``recipe``'s rows, check its verifiers exist, resolve its model, set ``trainer.num_threads``, open its
-    reward pool (closed on exit) and build the train/eval prompt split with the model's tokenizer.
-
-    Raises:
-        DataError, ModelLoadError, UnknownVerifierError: nothing is loaded past the tokenizer then.
-    """
-    rows, specs, model_path = check_recipe(recipe)
-    if recipe.trainer.num_threads:
-        torch.set_num_threads(recipe.trainer.num_threads)
-    with RewardFunction(specs, num_workers=recipe.reward.num_workers,
-                        failure_score=recipe.reward.failure_score) as reward_fn:
-        tokenizer = load_tokenizer(model_path, recipe.model)
-        yield RecipeInputs(model_path, tokenizer, build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed),
-                           reward_fn)
+    """:func:`open_recipe_inputs` with the reward pool closed on exit."""
+    inputs = open_recipe_inputs(recipe)
+    with inputs.reward_fn:
+        yield inputs
 
 
 def build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:

@@ -29,7 +29,6 @@ import torch
 from rlvr import checkpoint as ckpt
 from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
 from rlvr.config import Recipe, _deep_merge, dump_recipe
-from rlvr.data.prompts import build_prompt_set
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.evaluation import EvalResult, run_eval
@@ -37,9 +36,9 @@ from rlvr.kl import AdaptiveKLController, kl_per_token
 from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
-from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer
+from rlvr.models import eos_token_ids, load_causal_lm
 from rlvr.plots import plot_curves
-from rlvr.recipe_inputs import check_recipe
+from rlvr.recipe_inputs import open_recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
@@ -47,7 +46,6 @@ from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_m
 from rlvr.trainer.micro_batches import plan_micro_batches
 from rlvr.trainer.progress import TrainProgress
 from rlvr.verifier_inputs import sample_dict
-from verifiers.reward import RewardFunction
 
 STAGES = ("rollout", "reward", "advantages", "update", "sync", "checkpoint")
 
@@ -86,8 +84,6 @@ class GRPOTrainer:
         self.run_dir = Path(run_dir)
         self.dist: DistInfo = init_distributed()
         r = recipe
-        if r.trainer.num_threads:
-            torch.set_num_threads(r.trainer.num_threads)
         self._seed_everything(r.seed + self.dist.rank)
         if r.rollout.prompts_per_step % self.dist.world_size:
             raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
@@ -102,16 +98,12 @@ class GRPOTrainer:
         if resume and ckpt.latest_checkpoint(self.run_dir) is None:
             raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
 
-        # cheap checks first: data, verifiers, model path; the expensive model load comes last
-        rows, self.specs, model_path = check_recipe(r)
-        # the verifier pool forks before the model is loaded: workers stay small
-        self.reward_fn = RewardFunction(self.specs, num_workers=r.reward.num_workers,
-                                        failure_score=r.reward.failure_score)
+        # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
+        inputs = open_recipe_inputs(r)
+        self.specs, self.reward_fn = inputs.specs, inputs.reward_fn
+        self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
         self.labels = list(self._labels())
         self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
-
-        self.tokenizer = load_tokenizer(model_path, r.model)
-        self.prompt_set = build_prompt_set(rows, self.tokenizer, r.data, seed=r.seed)
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
                                      max_new_tokens=r.rollout.max_new_tokens)
         self.sampler = self.curriculum.sampler
