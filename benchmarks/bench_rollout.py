@@ -35,7 +35,7 @@ def _recipe(args: argparse.Namespace, engine: str) -> dict:
             "rollout": {"engine": engine, "group_size": args.n, "temperature": args.temperature,
                         "max_new_tokens": args.max_new_tokens, "generation_batch_size": args.prompts * args.n,
                         "vllm_max_model_len": 512},
-            "trainer": {"bf16": True, "num_threads": args.threads}}
+            "trainer": {"precision": "bf16", "num_threads": args.threads}}
 
 
 def run_engine(args: argparse.Namespace) -> dict:

@@ -15,6 +15,7 @@ from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from rlvr.precision import announce_precision, choose_precision
 from rlvr.verifier_inputs import verifier_specs
 from verifiers.registry import get_verifier
 from verifiers.reward import RewardFunction, VerifierSpec
@@ -74,7 +75,9 @@ def build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
     eos = eos_token_ids(model, tokenizer)
     if recipe.rollout.engine == "hf":
         from rlvr.rollout.hf import HFRolloutEngine
+        precision = choose_precision(recipe.trainer.precision, next(model.parameters()).device)
+        announce_precision(precision)
         return HFRolloutEngine(model, tokenizer, eos, batch_size=recipe.rollout.generation_batch_size,
-                               autocast_dtype=torch.bfloat16 if recipe.trainer.bf16 else None)
+                               autocast_dtype=precision.autocast_dtype)
     from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
     return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos)

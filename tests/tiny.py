@@ -76,7 +76,7 @@ def tiny_recipe(model_dir: Path, data_path: Path, **sections) -> dict:
         "reward": {"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit"},
         "algorithm": {"loss_agg": "token-mean"},
         "optim": {"lr": 3e-3, "micro_batch_size": 8},
-        "trainer": {"steps": 3, "bf16": False, "num_threads": 1},
+        "trainer": {"steps": 3, "precision": "fp32", "num_threads": 1},
         "eval": {"enabled": False, "k": 2},
     }
     for key, value in sections.items():

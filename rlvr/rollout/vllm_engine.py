@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlvr.precision import announce_precision, choose_precision
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
 
@@ -136,7 +137,9 @@ class VLLMRolloutEngine:
         from rlvr.models import resolve_model_path
 
         ro, cuda = recipe.rollout, torch.cuda.is_available()
-        dtype_name = "bfloat16" if recipe.trainer.bf16 else "float32"
+        precision = choose_precision(recipe.trainer.precision, "cuda" if cuda else "cpu")
+        announce_precision(precision)
+        dtype_name = precision.vllm_dtype
         kwargs: dict[str, Any] = dict(
             model=resolve_model_path(recipe.model.name), revision=recipe.model.revision,
             trust_remote_code=recipe.model.trust_remote_code, dtype=dtype_name,

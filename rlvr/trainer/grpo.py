@@ -38,6 +38,7 @@ from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
 from rlvr.models import eos_token_ids, load_causal_lm
 from rlvr.plots import plot_curves
+from rlvr.precision import announce_precision, choose_precision
 from rlvr.recipe_inputs import open_recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
@@ -109,7 +110,10 @@ class GRPOTrainer:
         self.sampler = self.curriculum.sampler
         self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
-        self.autocast_dtype = torch.bfloat16 if r.trainer.bf16 else None
+        self.precision = choose_precision(r.trainer.precision, self.dist.device)
+        if self.dist.is_main:
+            announce_precision(self.precision)
+        self.autocast_dtype = self.precision.autocast_dtype
         self.ref_model = None
         if r.algorithm.kl.beta > 0:
             self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
