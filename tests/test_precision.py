@@ -13,15 +13,19 @@ from tests.tiny import tiny_recipe
 
 @pytest.fixture
 def cpu_with(monkeypatch):
-    """Mock the CPU: ``cpu_with(avx512_bf16=..., amx=...)``."""
-    def mock(avx512_bf16: bool, amx: bool) -> None:
+    """Mock the CPU: ``cpu_with(avx512_bf16=..., amx=...)``, torch's kernels at ``capability`` (the real machine may
+    be an AVX2 one or an AMX one: nothing of it may leak into these tests)."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+
+    def mock(avx512_bf16: bool, amx: bool, capability: str = "AVX512") -> None:
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16, raising=False)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
     return mock
 
 
 def test_auto_on_avx2_only_cpu_is_fp32(cpu_with):
-    cpu_with(avx512_bf16=False, amx=False)
+    cpu_with(avx512_bf16=False, amx=False, capability="AVX2")
     choice = choose_precision("auto", "cpu")
     assert choice.name == "fp32" and choice.autocast_dtype is None and choice.vllm_dtype == "float32"
     assert "no native bf16" in choice.reason
@@ -34,6 +38,16 @@ def test_auto_on_native_bf16_cpu_is_bf16(cpu_with, avx512_bf16, amx, named):
     choice = choose_precision("auto", "cpu")
     assert choice.name == "bf16" and choice.autocast_dtype is torch.bfloat16 and choice.vllm_dtype == "bfloat16"
     assert f"native bf16 ({named}" in choice.reason
+
+
+def test_kernels_capped_below_avx512_count_as_emulated(cpu_with, monkeypatch):
+    cpu_with(avx512_bf16=True, amx=True, capability="AVX2")
+    assert choose_precision("auto", "cpu").name == "fp32"
+    cpu_with(avx512_bf16=True, amx=True, capability="AVX512")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert choose_precision("auto", "cpu").name == "fp32"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    assert choose_precision("auto", "cpu").name == "bf16"
 
 
 def test_forced_bf16_on_emulating_cpu_warns_with_the_slowdown(cpu_with):
@@ -51,7 +65,8 @@ def test_forced_bf16_on_native_cpu_and_forced_fp32_do_not_warn(cpu_with):
         assert choose_precision("fp32", "cpu").name == "fp32"
 
 
-def test_cpu_flags_are_read_where_torch_lacks_the_checks(monkeypatch):
+def test_cpu_flags_are_read_where_torch_lacks_the_checks(cpu_with, monkeypatch):
+    cpu_with(avx512_bf16=False, amx=False)
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
     monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2", "fma"})
     assert choose_precision("auto", "cpu").name == "fp32"
