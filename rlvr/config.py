@@ -636,6 +636,10 @@ def recipe_changes(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
+RESTORED_FROM_CHECKPOINT = ("optim.lr", "optim.betas", "optim.weight_decay")
+"""Keys a resumed run takes from the checkpoint's optimizer and LR-scheduler state, whatever the recipe says."""
+
+
 def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[str] | tuple[str, ...] = ()) -> None:
     """Refuse to resume a run with a recipe that differs from the run's own ``recipe.resolved.yaml``.
 
@@ -643,9 +647,15 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
         saved_yaml: the run's ``recipe.resolved.yaml``. recipe: the recipe given now.
         allow_changed: dotted keys (or sections: ``optim`` allows every ``optim.*`` key) that may differ.
     Raises:
-        RecipeError: listing every changed key that is not allowed, with both values.
+        RecipeError: listing every changed key that is not allowed, with both values; or a change to a key in
+            :data:`RESTORED_FROM_CHECKPOINT` (allowed or not: the checkpoint would silently override it).
     """
     changes = recipe_changes(yaml.safe_load(saved_yaml) or {}, recipe.model_dump(mode="json"))
+    overridden = [k for k in changes if k in RESTORED_FROM_CHECKPOINT]
+    if overridden:
+        raise RecipeError(f"--resume: {', '.join(overridden)} changed, but a resumed run takes them from the "
+                          "checkpoint's optimizer and LR-scheduler state (the change would do nothing): start a new run "
+                          "to change them")
     allowed = tuple(allow_changed)
     refused = {k: v for k, v in changes.items()
                if not any(k == a or k.startswith(a.rstrip(".") + ".") for a in allowed)}

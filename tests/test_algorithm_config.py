@@ -56,12 +56,12 @@ def test_dynamic_sampling_filters_on_the_solved_verifier_by_default():
 
 def test_resume_refuses_a_changed_recipe_and_names_the_keys():
     saved = resolve(_raw())
-    changed = resolve({**_raw(kl={"beta": 0.1}), "optim": {"lr": 2e-6}})
+    changed = resolve({**_raw(kl={"beta": 0.1}), "optim": {"micro_batch_size": 2}})
     assert recipe_changes(saved.model_dump(mode="json"), changed.model_dump(mode="json")) == {
-        "algorithm.kl.beta": (0.0, 0.1), "optim.lr": (1e-6, 2e-6)}
-    with pytest.raises(RecipeError, match=r"2 key\(s\):\n  algorithm.kl.beta: 0.0 -> 0.1\n  optim.lr: 1e-06 -> 2e-06"):
+        "algorithm.kl.beta": (0.0, 0.1), "optim.micro_batch_size": (8, 2)}
+    with pytest.raises(RecipeError, match=r"2 key\(s\):\n  algorithm.kl.beta: 0.0 -> 0.1\n  optim.micro_batch_size"):
         check_resumed_recipe(dump_recipe(saved), changed)
-    with pytest.raises(RecipeError, match=r"1 key\(s\):\n  optim.lr"):
+    with pytest.raises(RecipeError, match=r"1 key\(s\):\n  optim.micro_batch_size: 8 -> 2"):
         check_resumed_recipe(dump_recipe(saved), changed, ["algorithm.kl.beta"])
     check_resumed_recipe(dump_recipe(saved), changed, ["algorithm.kl.beta", "optim"])  # a section allows its keys
     check_resumed_recipe(dump_recipe(saved), saved)
