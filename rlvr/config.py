@@ -132,7 +132,9 @@ class VerifierConfig(_Section):
 
 class RewardConfig(_Section):
     failure_score: float | None = 0.0
-    """Score of a verifier call that raised, hung or returned NaN (``None``: the sample is dropped from the batch)."""
+    """Score of a verifier call that raised, hung or returned NaN. ``None``: the sample is dropped: it is left out of
+    its group's mean and std (its advantage is 0; a group left with one valid sample gets advantage 0), of the
+    loss, of the dynamic-sampling filter, of the solve-rate table and of the ``reward/`` metrics."""
     num_workers: int = Field(2, ge=1)
     solved_verifier: str | None = None
     """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
@@ -186,7 +188,8 @@ class OverlongConfig(_Section):
 
 class DynamicSamplingConfig(_Section):
     enabled: bool = False
-    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to fill the batch."""
+    """DAPO dynamic sampling: drop groups with no gradient signal (``filter_on``) and sample more prompts to fill the
+    batch."""
     filter_on: Literal["solved", "reward"] = "solved"
     """What must vary within a group for it to be kept. ``solved``: the solved verifier's outcome (accuracy), as DAPO
     (2503.14476 eq. 11) defines it: a group all correct or all wrong is dropped even when overlong shaping or a
