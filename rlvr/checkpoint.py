@@ -57,6 +57,44 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return ckpts[-1][1] if ckpts else None
 
 
+def find_checkpoint(run_dir: Path, where: str | Path) -> Path:
+    """The finished checkpoint ``where`` names: ``checkpoints/step-N`` (relative to the run dir), ``step-N``, or a
+    path to one of the run's ``checkpoints/step-N`` folders.
+
+    Raises:
+        FileNotFoundError: not one of ``run_dir``'s finished checkpoints (the message lists them).
+    """
+    run_dir = Path(run_dir)
+    where = Path(where)
+    candidates = [where, run_dir / where, run_dir / "checkpoints" / where]
+    found = {p.resolve(): p for _, p in list_checkpoints(run_dir)}
+    for c in candidates:
+        if c.exists() and c.resolve() in found:
+            return found[c.resolve()]
+    names = ", ".join(p.name for _, p in list_checkpoints(run_dir)) or "none"
+    raise FileNotFoundError(f"--resume-from {where}: not a finished checkpoint of {run_dir} (its checkpoints: {names})")
+
+
+def step_of(checkpoint: Path) -> int:
+    """N of a ``step-N`` folder. Raises ValueError for another name."""
+    m = _STEP_DIR.match(Path(checkpoint).name)
+    if m is None:
+        raise ValueError(f"{checkpoint} is not a step-N checkpoint folder")
+    return int(m.group(1))
+
+
+def discard_checkpoints_after(run_dir: Path, step: int, rank: int) -> list[Path]:
+    """Delete the run's checkpoints of steps after ``step`` (rank 0 deletes, every rank calls this): a run resumed from
+    an older checkpoint redoes those steps, and a stale newer checkpoint would otherwise be the next ``--resume``'s.
+    Returns the deleted folders."""
+    newer = [p for n, p in list_checkpoints(run_dir) if n > step]
+    if rank == 0:
+        for p in newer:
+            shutil.rmtree(p)
+    _barrier()
+    return newer
+
+
 def gathered_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
     """The model's full state dict on rank 0 when ZeRO-3 partitions its parameters, else ``None`` (the HF model's own
     tensors are complete then).

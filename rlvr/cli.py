@@ -1,6 +1,7 @@
 """rlvr command line.
 
-    rlvr train recipes/demo.yaml [-o runs/demo] [--set optim.lr=2e-6 ...] [--resume]
+    rlvr train recipes/demo.yaml [-o runs/demo] [--set optim.lr=2e-6 ...] [--resume | --resume-from
+               checkpoints/step-N] [--allow-changed trainer.steps ...]
     rlvr eval  runs/demo --recipe recipes/demo.yaml [--k 8]       # or a model folder instead of a run dir
     rlvr config show recipes/demo.yaml [--set ...]               # the resolved recipe, every default filled in
     rlvr config check recipes/*.yaml
@@ -32,19 +33,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.config import load_recipe
+    from rlvr.config import RecipeError, load_recipe
 
     recipe = load_recipe(args.recipe, args.set)  # validated before anything heavy is imported
     run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
-    if run_dir.exists() and any(run_dir.glob("checkpoints/step-*")) and not args.resume and not args.overwrite:
+    resume = args.resume or args.resume_from is not None
+    if args.allow_changed and not resume:
+        raise RecipeError("--allow-changed only applies with --resume or --resume-from")
+    if run_dir.exists() and any(run_dir.glob("checkpoints/step-*")) and not resume and not args.overwrite:
         raise FileNotFoundError(f"{run_dir} already holds checkpoints: pass --resume to continue it, --overwrite to "
                                 f"start over, or -o for another folder")
-    if args.overwrite and not args.resume:
+    if args.overwrite and not resume:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)
     from rlvr.trainer.grpo import GRPOTrainer
 
-    trainer = GRPOTrainer(recipe, run_dir, resume=args.resume)
+    trainer = GRPOTrainer(recipe, run_dir, resume=resume, resume_from=args.resume_from,
+                          allow_changed=args.allow_changed)
     summary = trainer.train()
     if trainer.dist.is_main:
         _print_summary(summary, run_dir)
@@ -103,7 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe")
     p.add_argument("-o", "--output", help="run directory (default: runs/<recipe name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run directory")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in the run directory (the recipe must be the run's own)")
+    p.add_argument("--resume-from", metavar="CHECKPOINT",
+                   help="continue from this checkpoint of the run (checkpoints/step-N); later steps' metrics, "
+                        "TensorBoard events and checkpoints are dropped")
+    p.add_argument("--allow-changed", action="append", default=[], metavar="KEY",
+                   help="on resume, accept a recipe that differs from the run's recipe.resolved.yaml in KEY "
+                        "(a dotted key or a section; repeat for several)")
     p.add_argument("--overwrite", action="store_true", help="delete the run directory first")
     p.set_defaults(func=_cmd_train)
 

@@ -1,6 +1,6 @@
 """The recipe schema: one pydantic model per section, validated before any expensive work starts.
 
-A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``) expands into explicit keys under the
+A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``) expands into explicit keys under the
 user's own (the user's values win); ``--set a.b=value`` overrides any key. The resolved recipe, with every default
 spelled out, is written into the run directory as ``recipe.resolved.yaml``.
 
@@ -132,30 +132,50 @@ class VerifierConfig(_Section):
 
 class RewardConfig(_Section):
     failure_score: float | None = 0.0
-    """Score of a verifier call that raised, hung or returned NaN (``None``: the sample is dropped from the batch)."""
+    """Score of a verifier call that raised, hung or returned NaN. ``None``: the sample is dropped: it is left out of
+    its group's mean and std (its advantage is 0; a group left with one valid sample gets advantage 0), of the
+    loss, of the dynamic-sampling filter, of the solve-rate table and of the ``reward/`` metrics."""
     num_workers: int = Field(2, ge=1)
     solved_verifier: str | None = None
     """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
 
 
 # ------------------------------------------------------------------------------------------------------- algorithm
+STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True}
+"""``advantage.std_normalize`` when the recipe leaves it out: each estimator's paper."""
+
+
 class AdvantageConfig(_Section):
     type: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
-    std_normalize: bool = True
-    """GRPO: divide by the group's reward std (off in Dr. GRPO, 2503.20783, which shows it biases toward easy/hard
-    prompts)."""
+    std_normalize: bool | None = None
+    """Divide by a reward std: ``grpo`` the group's (off in Dr. GRPO, 2503.20783, which shows it biases toward easy/hard
+    prompts); ``rloo`` the group's (off in the paper); ``reinforce_pp`` the global batch's (on in the paper).
+    ``None`` = the estimator's paper (``STD_NORMALIZE_DEFAULT``)."""
     eps: float = Field(1e-6, gt=0)
+
+    @model_validator(mode="after")
+    def _fill_std_normalize(self) -> "AdvantageConfig":
+        if self.std_normalize is None:
+            object.__setattr__(self, "std_normalize", STD_NORMALIZE_DEFAULT[self.type])
+        return self
 
 
 class KLConfig(_Section):
     beta: float = Field(0.0, ge=0)
     """KL coefficient toward the frozen reference policy; 0 = no reference model is loaded at all."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Schulman's estimators (joschu.net/blog/kl-approx.html): k1 = log r, k3 = r - 1 - log r (unbiased, >= 0)."""
+    """Schulman's estimators (joschu.net/blog/kl-approx.html), with log r = log pi_ref - log pi: k1 = -log r
+    (unbiased, the usual choice in the reward), k2 = (log r)^2 / 2 (its gradient in the loss is the reverse-KL
+    gradient), k3 = r - 1 - log r (unbiased, >= 0; GRPO's choice in the loss). k1 in the loss is refused: its
+    expected gradient is zero (E[grad log pi] = 0), so it would do nothing on average."""
     placement: Literal["loss", "reward"] = "loss"
-    """``loss``: beta * KL added to the per-token loss (GRPO); ``reward``: subtracted from the reward (PPO/REINFORCE++)."""
+    """``loss``: beta * KL added to the per-token loss (GRPO). ``reward``: each token's reward gets -beta * KL (the
+    configured estimator, on the pre-update log-probs), summed into the return of the tokens before it; for
+    ``reinforce_pp`` before the batch normalisation (REINFORCE++ sec. 3), for ``grpo``/``rloo`` added to the
+    group-normalised advantage (see rlvr/advantages.py)."""
     target: float | None = Field(None, gt=0)
-    """Adaptive beta (Ziegler et al. 1909.08593) steering the measured KL (nats/token) toward this value."""
+    """Adaptive beta (Ziegler et al. 1909.08593) steering the measured KL (nats/token) toward this value; needs
+    beta > 0 (beta 0 loads no reference model, so there is no KL to steer)."""
     horizon: int = Field(100, gt=0)
 
 
@@ -168,7 +188,13 @@ class OverlongConfig(_Section):
 
 class DynamicSamplingConfig(_Section):
     enabled: bool = False
-    """DAPO dynamic sampling: drop groups whose rewards are all equal and sample more prompts to fill the batch."""
+    """DAPO dynamic sampling: drop groups with no gradient signal (``filter_on``) and sample more prompts to fill the
+    batch."""
+    filter_on: Literal["solved", "reward"] = "solved"
+    """What must vary within a group for it to be kept. ``solved``: the solved verifier's outcome (accuracy), as DAPO
+    (2503.14476 eq. 11) defines it: a group all correct or all wrong is dropped even when overlong shaping or a
+    format reward makes its total rewards differ. ``reward``: the total reward (a group is dropped only when its
+    advantages are all 0). Dropped samples (``reward.failure_score: null``) do not count."""
     max_rounds: int = Field(3, ge=1)
     """Generation rounds per step at most; when hit, the step trains on what it has (never aborts)."""
     scale_unfilled: bool = True
@@ -180,10 +206,17 @@ class DynamicSamplingConfig(_Section):
 
 class AlgorithmConfig(_Section):
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    policy_loss: Literal["ppo_clip", "cispo"] = "ppo_clip"
+    """``ppo_clip``: PPO's clipped surrogate (a clipped token gets no gradient). ``cispo`` (MiniMax-M1, 2506.13585):
+    a clipped, stop-gradient importance weight times the log-prob, so no token's gradient is dropped; the weight is
+    clipped to [1 - clip_low, 1 + clip_high]."""
+    importance_sampling_level: Literal["token", "sequence"] = "token"
+    """``token``: a ratio per token (PPO/GRPO). ``sequence``: GSPO (2507.18071), the sample's length-normalised ratio
+    exp(mean_t log(pi/pi_old)), clipped per sample (use GSPO's clip ranges, ~3e-4 / 4e-4). ``ppo_clip`` only."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
         "token-mean")
-    clip_low: float = Field(0.2, ge=0, lt=1)
-    """eps_low: the ratio is clipped below at 1 - clip_low."""
+    clip_low: float = Field(0.2, ge=0, le=1)
+    """eps_low: the ratio is clipped below at 1 - clip_low (1 = no lower bound, CISPO's choice)."""
     clip_high: float = Field(0.2, ge=0)
     """eps_high: clipped above at 1 + clip_high (DAPO clip-higher uses 0.28)."""
     clip_ratio_c: float | None = Field(None, gt=1)
@@ -407,7 +440,7 @@ class CurriculumConfig(_Section):
 class Recipe(_Section):
     """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
 
-    preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "none"] = "none"
+    preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "gspo", "cispo", "none"] = "none"
     seed: int = 0
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig
@@ -437,6 +470,7 @@ class Recipe(_Section):
             if stage.max_new_tokens is not None and stage.max_new_tokens > r.max_new_tokens:
                 raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
                                  f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
+        _validate_algorithm(self.algorithm)
         names = [v.name for v in self.verifiers]
         if self.reward.solved_verifier is not None and self.reward.solved_verifier not in names:
             raise ValueError(f"reward.solved_verifier={self.reward.solved_verifier!r} is not among the verifiers "
@@ -446,6 +480,23 @@ class Recipe(_Section):
     @property
     def solved_verifier(self) -> str:
         return self.reward.solved_verifier or self.verifiers[0].name
+
+
+def _validate_algorithm(a: AlgorithmConfig) -> None:
+    """Combinations that would silently do something else than they say."""
+    if a.kl.beta > 0 and a.kl.placement == "loss" and a.kl.estimator == "k1":
+        raise ValueError("algorithm.kl.estimator='k1' with placement='loss' has zero expected gradient (E[grad log pi] "
+                         "= 0): use estimator 'k3' (GRPO's, unbiased and >= 0) or 'k2' (its gradient is the reverse-KL "
+                         "gradient), or placement='reward'")
+    if a.kl.target is not None and a.kl.beta == 0:
+        raise ValueError(f"algorithm.kl.target={a.kl.target} needs algorithm.kl.beta > 0 (the starting coefficient): "
+                         "with beta 0 no reference model is loaded and there is no KL to steer")
+    if a.policy_loss == "cispo" and a.importance_sampling_level != "token":
+        raise ValueError("algorithm.policy_loss='cispo' weights each token by its own ratio: it needs "
+                         "algorithm.importance_sampling_level='token' (sequence level is GSPO, with ppo_clip)")
+    if a.policy_loss == "cispo" and a.clip_ratio_c is not None:
+        raise ValueError("algorithm.clip_ratio_c (dual-clip) caps PPO's clipped objective; it has no meaning with "
+                         "algorithm.policy_loss='cispo': remove it")
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -587,6 +638,55 @@ def resolve(raw: dict) -> Recipe:
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError."""
     return resolve(apply_overrides(load_recipe_dict(path), overrides or []))
+
+
+def flatten_keys(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists (e.g. ``verifiers``) stay whole values."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten_keys(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def recipe_changes(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
+    """Dotted keys whose value differs between two resolved recipes (``model_dump(mode="json")`` dicts), with
+    ``(saved, current)`` values; a key present in one only is compared against ``None``."""
+    a, b = flatten_keys(saved), flatten_keys(current)
+    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+RESTORED_FROM_CHECKPOINT = ("optim.lr", "optim.betas", "optim.weight_decay")
+"""Keys a resumed run takes from the checkpoint's optimizer and LR-scheduler state, whatever the recipe says."""
+
+
+def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[str] | tuple[str, ...] = ()) -> None:
+    """Refuse to resume a run with a recipe that differs from the run's own ``recipe.resolved.yaml``.
+
+    Args:
+        saved_yaml: the run's ``recipe.resolved.yaml``. recipe: the recipe given now.
+        allow_changed: dotted keys (or sections: ``optim`` allows every ``optim.*`` key) that may differ.
+    Raises:
+        RecipeError: listing every changed key that is not allowed, with both values; or a change to a key in
+            :data:`RESTORED_FROM_CHECKPOINT` (allowed or not: the checkpoint would silently override it).
+    """
+    changes = recipe_changes(yaml.safe_load(saved_yaml) or {}, recipe.model_dump(mode="json"))
+    overridden = [k for k in changes if k in RESTORED_FROM_CHECKPOINT]
+    if overridden:
+        raise RecipeError(f"--resume: {', '.join(overridden)} changed, but a resumed run takes them from the "
+                          "checkpoint's optimizer and LR-scheduler state (the change would do nothing): start a new run "
+                          "to change them")
+    allowed = tuple(allow_changed)
+    refused = {k: v for k, v in changes.items()
+               if not any(k == a or k.startswith(a.rstrip(".") + ".") for a in allowed)}
+    if refused:
+        lines = "\n".join(f"  {k}: {old!r} -> {new!r}" for k, (old, new) in refused.items())
+        flags = " ".join(f"--allow-changed {k}" for k in refused)
+        raise RecipeError(f"--resume: the recipe differs from the run's recipe.resolved.yaml in {len(refused)} "
+                          f"key(s):\n{lines}\nresume with the run's recipe, or accept the changes with {flags}")
 
 
 def dump_recipe(recipe: Recipe) -> str:

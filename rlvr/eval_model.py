@@ -24,5 +24,5 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
         ev = recipe.eval
         result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
                           temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,
-                          top_p=recipe.rollout.top_p, seed=ev.seed)
+                          top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed)
     return {"model": recipe.model.name, **result.as_dict()}

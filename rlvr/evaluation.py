@@ -90,17 +90,18 @@ def summarize(correct: list[list[bool]], answers: list[list[str | None]],
 
 
 def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: RewardFunction, solved_label: str, *,
-             k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, seed: int = 1234, rank: int = 0,
-             world_size: int = 1) -> EvalResult:
+             k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, top_k: int = 0, seed: int = 1234,
+             rank: int = 0, world_size: int = 1) -> EvalResult:
     """Sample k completions per held-out prompt and summarise (greedy when temperature is 0, then k = 1).
 
     Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
+    ``top_p``/``top_k`` should be the rollout's (the policy is evaluated as it was trained to sample; 0 = no top-k).
     """
     from verifiers.math_answer import extract_answer
 
     if temperature == 0:
         k = 1
-    sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens)
     mine = prompts[rank::world_size]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + rank)

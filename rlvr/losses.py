@@ -20,16 +20,52 @@ from torch import Tensor
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 
 
+ImportanceLevel = Literal["token", "sequence"]
+
+
 @dataclass
 class PolicyLossOutput:
-    """Per-token results of :func:`ppo_clip_loss`, all (N, T) fp32, zero where ``mask`` is 0."""
+    """Per-token results of a policy loss, all (N, T) fp32, zero where ``mask`` is 0."""
 
     loss: Tensor
     """Per-token objective to minimise (before aggregation)."""
     ratio: Tensor
-    """pi_theta / pi_old per token."""
-    clipped: Tensor
-    """1.0 where the clipped branch is active (the gradient is zero there)."""
+    """The importance ratio each token's objective used: pi_theta / pi_old per token, or GSPO's sequence ratio
+    (the same value on every token of a sample). Detached."""
+    clipped_low: Tensor
+    """1.0 where the ratio is below 1 - eps_low with A < 0 (PPO: the clipped branch is active, the gradient is zero;
+    CISPO: the weight is truncated, the gradient kept)."""
+    clipped_high: Tensor
+    """1.0 where the ratio is above 1 + eps_high with A > 0 (PPO: zero gradient; CISPO: truncated weight)."""
+    clipped_dual: Tensor
+    """1.0 where dual-clip caps a negative-advantage token's loss at ``-A * c`` (zero gradient); 0 without dual-clip."""
+
+    @property
+    def clipped(self) -> Tensor:
+        """1.0 where any clip (low, high or dual) is active."""
+        return torch.clamp(self.clipped_low + self.clipped_high + self.clipped_dual, max=1.0)
+
+
+def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor) -> None:
+    if not (logprobs.shape == old_logprobs.shape == advantages.shape == mask.shape) or logprobs.ndim != 2:
+        raise ValueError(f"expected (N, T) tensors of one shape: logprobs {tuple(logprobs.shape)}, old_logprobs "
+                         f"{tuple(old_logprobs.shape)}, advantages {tuple(advantages.shape)}, mask {tuple(mask.shape)}")
+
+
+def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's length-normalised sequence log-ratio, broadcast to tokens with GSPO-token's gradient path
+    (Zheng et al. 2507.18071, eqs. 7 and 13-14):
+    ``log s_i = (1/|y_i|) sum_t (logp_t - logp_old_t)``, returned per token as ``logp_t - sg(logp_t) + sg(log s_i)``,
+    whose value is ``log s_i`` on every token and whose gradient flows through each token's own log-prob (with a
+    sequence-level advantage this is exactly GSPO's gradient).
+
+    Args:
+        logprobs, old_logprobs, mask: (N, T). Returns: (N, T), zero on masked positions.
+    """
+    mask = mask.float()
+    lengths = mask.sum(dim=1).clamp(min=1.0)  # (N,)
+    seq = ((logprobs - old_logprobs.detach()) * mask).sum(dim=1) / lengths  # (N,)
+    return (logprobs - logprobs.detach() + seq.detach().unsqueeze(1)) * mask
 
 
 def ppo_clip_loss(
@@ -41,6 +77,7 @@ def ppo_clip_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     clip_ratio_c: float | None = None,
+    importance_sampling_level: ImportanceLevel = "token",
 ) -> PolicyLossOutput:
     """PPO clipped surrogate (Schulman et al. 1707.06347) with separate lower/upper clip ranges.
 
@@ -49,28 +86,78 @@ def ppo_clip_loss(
     delays entropy collapse. With ``clip_ratio_c`` (dual-clip, Ye et al. 1912.09729) the loss of a negative-advantage
     token is also capped at ``-A_t * c`` so a huge ratio cannot blow the update up.
 
+    ``importance_sampling_level="sequence"`` is GSPO (2507.18071): ``r_t`` is replaced by the sample's
+    length-normalised ratio ``s_i`` (:func:`sequence_log_ratio`), so a whole sample is clipped or not (the paper's
+    clip ranges are ~1e-4, not 0.2).
+
     Args:
         logprobs: (N, T) current policy log-probs of the sampled tokens (requires grad).
         old_logprobs: (N, T) log-probs under the policy that generated the batch (detached).
         advantages: (N, T). mask: (N, T) response mask.
         clip_low, clip_high: eps_low, eps_high. clip_ratio_c: dual-clip bound (> 1) or None.
+        importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
     Returns:
         :class:`PolicyLossOutput`.
+    Raises:
+        ValueError: shapes differ, or an unknown ``importance_sampling_level``.
     """
-    if not (logprobs.shape == old_logprobs.shape == advantages.shape == mask.shape):
-        raise ValueError(f"shape mismatch: logprobs {tuple(logprobs.shape)}, old_logprobs "
-                         f"{tuple(old_logprobs.shape)}, advantages {tuple(advantages.shape)}, mask {tuple(mask.shape)}")
+    _check_shapes(logprobs, old_logprobs, advantages, mask)
     mask = mask.float()
-    log_ratio = (logprobs - old_logprobs.detach()).clamp(-20.0, 20.0)  # masked positions can hold garbage
-    ratio = torch.exp(log_ratio)
+    if importance_sampling_level == "token":
+        log_ratio = logprobs - old_logprobs.detach()
+    elif importance_sampling_level == "sequence":
+        log_ratio = sequence_log_ratio(logprobs, old_logprobs, mask)
+    else:
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {importance_sampling_level!r}")
+    ratio = torch.exp(log_ratio.clamp(-20.0, 20.0))  # masked positions can hold garbage
     unclipped = -advantages * ratio
     clipped_obj = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = torch.maximum(unclipped, clipped_obj)
-    clipped = (clipped_obj > unclipped).float()
+    active = clipped_obj > unclipped  # the clipped branch wins: ratio outside the range on the advantage's side
+    clipped_low = active & (advantages < 0)
+    clipped_high = active & (advantages > 0)
+    clipped_dual = torch.zeros_like(active)
     if clip_ratio_c is not None:
-        capped = torch.minimum(loss, -advantages * clip_ratio_c)
-        loss = torch.where(advantages < 0, capped, loss)
-    return PolicyLossOutput(loss=loss * mask, ratio=ratio.detach() * mask, clipped=clipped * mask)
+        cap = -advantages * clip_ratio_c
+        clipped_dual = (advantages < 0) & (cap < loss)
+        loss = torch.where(clipped_dual, cap, loss)
+    return PolicyLossOutput(loss=loss * mask, ratio=ratio.detach() * mask, clipped_low=clipped_low.float() * mask,
+                            clipped_high=clipped_high.float() * mask, clipped_dual=clipped_dual.float() * mask)
+
+
+def cispo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 1.0,
+    clip_high: float = 0.28,
+) -> PolicyLossOutput:
+    """CISPO (MiniMax-M1, 2506.13585 eq. 4-5): REINFORCE with a clipped, stop-gradient importance weight,
+    ``loss_t = -sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * A_t * logp_t``.
+
+    Unlike PPO's clip, no token's gradient is dropped: a token outside the trust region keeps its gradient, with its
+    weight truncated. The paper imposes no lower bound (``clip_low = 1``, i.e. the weight is only kept >= 0) and tunes
+    ``eps_high``.
+
+    Args:
+        logprobs: (N, T) current log-probs (requires grad). old_logprobs: (N, T) detached. advantages, mask: (N, T).
+        clip_low, clip_high: the weight is clipped to ``[1 - clip_low, 1 + clip_high]``.
+    Returns:
+        :class:`PolicyLossOutput` (``clipped_*`` mark truncated weights, ``clipped_dual`` is 0).
+    Raises:
+        ValueError: shapes differ.
+    """
+    _check_shapes(logprobs, old_logprobs, advantages, mask)
+    mask = mask.float()
+    ratio = torch.exp((logprobs - old_logprobs.detach()).clamp(-20.0, 20.0)).detach()
+    weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = -weight * advantages * logprobs
+    clipped_low = (ratio < 1.0 - clip_low) & (advantages < 0)
+    clipped_high = (ratio > 1.0 + clip_high) & (advantages > 0)
+    return PolicyLossOutput(loss=loss * mask, ratio=ratio * mask, clipped_low=clipped_low.float() * mask,
+                            clipped_high=clipped_high.float() * mask, clipped_dual=torch.zeros_like(mask))
 
 
 def aggregate_loss(
@@ -96,7 +183,9 @@ def aggregate_loss(
         token_loss: (N, T), zero on masked positions. mask: (N, T).
         mode: one of the four above.
         num_tokens: the mini-batch's response-token count (default: this call's); ``token-mean`` only.
-        num_seqs: the mini-batch's sample count (default: N); the ``seq-*`` modes.
+        num_seqs: the mini-batch's count of samples with at least one unmasked token (default: this call's); the
+            ``seq-*`` modes. A fully masked sample (truncated under ``mask_truncated``, or dropped) is not a sequence
+            of the mean, as in verl's ``agg_loss``: counting it would shrink every other sample's weight.
         max_len: the constant length normaliser (the rollout's max_new_tokens); required for
             ``seq-mean-token-sum-norm``.
     Returns:
@@ -106,7 +195,7 @@ def aggregate_loss(
     """
     mask = mask.float()
     masked = token_loss * mask
-    n = float(num_seqs) if num_seqs is not None else float(token_loss.shape[0])
+    n = float(num_seqs) if num_seqs is not None else float(count_sequences(mask).clamp(min=1.0))
     if mode == "token-mean":
         denom = float(num_tokens) if num_tokens is not None else mask.sum().clamp(min=1.0)
         return masked.sum() / denom
@@ -127,3 +216,8 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``values`` over positions where ``mask`` is 1 (0 when the mask is empty); any shape."""
     mask = mask.float()
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def count_sequences(mask: Tensor) -> Tensor:
+    """Samples with at least one unmasked token: the ``num_seqs`` of the ``seq-*`` aggregations. mask: (N, T)."""
+    return (mask.float().sum(dim=1) > 0).float().sum()

@@ -15,7 +15,8 @@ from typing import Any
 class MetricsLogger:
     """Writes metrics of rank 0 (other ranks pass ``enabled=False`` and write nothing).
 
-    On resume, :meth:`truncate_after` drops lines of steps after the checkpoint, so the file holds each step once.
+    On resume, :meth:`truncate_after` drops lines of steps after the checkpoint, so the file holds each step once, and
+    restarts TensorBoard with ``purge_step``: TensorBoard then discards the old events of those steps.
     """
 
     def __init__(self, run_dir: Path, enabled: bool = True) -> None:
@@ -28,8 +29,17 @@ class MetricsLogger:
             self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
     def truncate_after(self, step: int) -> None:
-        """Keep only lines with ``step <= step`` (lines of steps lost in a crash are redone by the resumed run)."""
-        if not (self.enabled and self.path.exists()):
+        """Keep only lines (and TensorBoard events) with ``step <= step``: steps lost in a crash, or after an older
+        checkpoint resumed with ``--resume-from``, are redone by the resumed run."""
+        if not self.enabled:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        log_dir = self._tb.log_dir
+        self._tb.close()
+        # a SessionLog.START at step+1: TensorBoard drops every earlier-written event of steps >= step + 1
+        self._tb = SummaryWriter(log_dir=log_dir, purge_step=step + 1)
+        if not self.path.exists():
             return
         kept = [line for line in self.path.read_text().splitlines()
                 if line.strip() and json.loads(line).get("step", 0) <= step]

@@ -10,6 +10,11 @@ Each preset is a partial recipe (a nested dict). ``rlvr config show`` prints wha
   punishment, no KL.
 - ``r1_zero``: DeepSeek-R1-Zero (2501.12948) as commonly reproduced: GRPO with the think/answer template, a math answer
   reward plus a format reward, token-mean aggregation, small KL.
+- ``gspo``: GSPO (Qwen, 2507.18071): group-normalised advantages, the sequence-level importance ratio (length-
+  normalised log-ratio) clipped per sample with the paper's ranges 3e-4 / 4e-4, per-sequence mean, no KL.
+- ``cispo``: CISPO (MiniMax-M1, 2506.13585): a clipped, stop-gradient importance weight times the log-prob (no token's
+  gradient dropped), no lower bound on the weight (clip_low 1) and an upper bound of 5 (clip_high 4: the eps_max = 5
+  of ScaleRL, 2510.13786, which TRL recommends; MiniMax-M1 does not publish its value), token-mean, no KL.
 - ``none``: schema defaults only.
 """
 
@@ -50,6 +55,30 @@ PRESETS: dict[str, dict[str, Any]] = {
             "entropy_coef": 0.0,
             "dynamic_sampling": {"enabled": True, "max_rounds": 3},
             "overlong": {"enabled": True, "buffer_tokens": 256, "penalty": 1.0},
+        },
+    },
+    "gspo": {
+        "algorithm": {
+            "advantage": {"type": "grpo", "std_normalize": True},
+            "policy_loss": "ppo_clip", "importance_sampling_level": "sequence",
+            "loss_agg": "seq-mean-token-mean",
+            "clip_low": 3e-4, "clip_high": 4e-4,
+            "kl": {"beta": 0.0},
+            "entropy_coef": 0.0,
+            "dynamic_sampling": {"enabled": False},
+            "overlong": {"enabled": False},
+        },
+    },
+    "cispo": {
+        "algorithm": {
+            "advantage": {"type": "grpo", "std_normalize": True},
+            "policy_loss": "cispo", "importance_sampling_level": "token",
+            "loss_agg": "token-mean",
+            "clip_low": 1.0, "clip_high": 4.0,
+            "kl": {"beta": 0.0},
+            "entropy_coef": 0.0,
+            "dynamic_sampling": {"enabled": False},
+            "overlong": {"enabled": False},
         },
     },
     "r1_zero": {

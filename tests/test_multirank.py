@@ -208,6 +208,38 @@ def test_two_ranks_match_one_rank_and_resume_on_one(tmp_path):
                          _weights(runs / "z3-1rank/checkpoints/step-3/model"), "resumed weights")
 
 
+def test_zero2_with_unequal_micro_batch_counts_and_global_statistics(tmp_path):
+    """ZeRO-2 reduces gradients in every backward: with a token budget the two ranks split their samples into different
+    numbers of micro-batches, and the shorter rank must join the other's reductions with idle passes (issue 11, fix 9;
+    before, only ZeRO-3 was padded and the ranks' collectives mismatched). The run also uses REINFORCE++ with KL in
+    the reward, whose batch normalisation must be over both ranks (fix 1), and compares the largest rollout log-prob
+    difference, which must be the max over ranks, not rank 0's (fix 7)."""
+    from tests.tiny import build_tiny_model, write_addition_dataset
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    runs = tmp_path / "runs"
+
+    def recipe() -> dict:
+        raw = _recipe(model_dir, data, 2, 2)
+        raw["optim"]["micro_batch_tokens"] = 40
+        raw["algorithm"] = {"loss_agg": "token-mean", "ppo_epochs": 2, "advantage": {"type": "reinforce_pp"},
+                            "kl": {"beta": 0.05, "estimator": "k1", "placement": "reward"}}
+        return raw
+
+    _torchrun(2, [{"recipe": recipe(), "run_dir": str(runs / "z2-2ranks")}], tmp_path, "zero2_two_ranks")
+    _torchrun(1, [{"recipe": recipe(), "run_dir": str(runs / "z2-1rank")}], tmp_path, "zero2_one_rank")
+    idle = [json.loads((runs / f"z2-2ranks/idle-passes-rank{r}.json").read_text()) for r in (0, 1)]
+    assert sum(idle) > 0, idle  # the ranks did run different numbers of micro-batches
+    ref = _metrics(runs / "z2-1rank")
+    _assert_same_metrics(_metrics(runs / "z2-2ranks"), ref, "zero-2, 2 ranks vs 1")
+    for a, b in zip(_metrics(runs / "z2-2ranks"), ref, strict=True):
+        assert a["train/rollout_logprob_diff_max"] == pytest.approx(b["train/rollout_logprob_diff_max"], rel=1e-5)
+    _assert_same_weights(_weights(runs / "z2-2ranks/checkpoints/step-2/model"),
+                         _weights(runs / "z2-1rank/checkpoints/step-2/model"), "zero-2 weights",
+                         moved_from=_weights(model_dir))
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     worker_main(sys.argv[1])

@@ -50,30 +50,57 @@ def init_distributed() -> DistInfo:
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device)
 
 
+def collective_device() -> torch.device:
+    """The device collectives of the default process group run on: CPU for gloo, the current accelerator otherwise.
+
+    NCCL has no CPU path: ``all_reduce`` of a CPU tensor raises on the first multi-GPU step, so every helper below
+    moves its tensor here and back.
+    """
+    backend = str(dist.get_backend())
+    if backend == "gloo" or backend.startswith("cpu:gloo"):  # "cpu:gloo,cuda:nccl" serves CPU tensors too
+        return torch.device("cpu")
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    accel = torch.accelerator.current_accelerator()
+    if accel is None:
+        raise RuntimeError(f"process-group backend {backend!r} is not gloo, and no accelerator is present for its "
+                           "collectives")
+    return torch.device(accel.type, torch.accelerator.current_device_index())
+
+
+def _all_reduce(values: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
+    """``op`` over ranks, on the backend's device; returns a new tensor on ``values``' device and dtype."""
+    on_device = values.to(collective_device(), copy=True)
+    dist.all_reduce(on_device, op=op)
+    return on_device.to(values.device)
+
+
+def _multi_rank() -> bool:
+    return dist.is_initialized() and dist.get_world_size() > 1
+
+
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over ranks (identity with one process). Works on CPU tensors with gloo."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        values = values.clone()
-        dist.all_reduce(values, op=dist.ReduceOp.SUM)
-    return values
+    """Sum a tensor over ranks (a copy of it with one process); any device, run on the backend's."""
+    return _all_reduce(values, dist.ReduceOp.SUM) if _multi_rank() else values.clone()
 
 
 def all_gather_objects(obj: object) -> list[object]:
-    """Every rank's ``obj``, in rank order (``[obj]`` with one process)."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    """Every rank's ``obj``, in rank order (``[obj]`` with one process). Under NCCL, torch pickles into tensors on
+    the current CUDA device (set by :func:`init_distributed`)."""
+    if _multi_rank():
         out: list[object] = [None] * dist.get_world_size()
         dist.all_gather_object(out, obj)
         return out
     return [obj]
 
 
-def all_reduce_max(value: int) -> int:
-    """The largest ``value`` over ranks (``value`` itself with one process)."""
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        t = torch.tensor([value], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
-    return value
+def all_reduce_max(value: float) -> float:
+    """The largest ``value`` over ranks (``value`` itself with one process); an ``int`` stays an ``int``."""
+    if not _multi_rank():
+        return value
+    dtype = torch.int64 if isinstance(value, int) else torch.float64
+    result = _all_reduce(torch.tensor([value], dtype=dtype), dist.ReduceOp.MAX).item()
+    return int(result) if isinstance(value, int) else float(result)
 
 
 def record_grad_norm_without_zero(engine: object) -> None:

@@ -27,14 +27,14 @@ import numpy as np
 import torch
 
 from rlvr import checkpoint as ckpt
-from rlvr.advantages import broadcast_to_tokens, get_estimator, subtract_kl_from_returns
-from rlvr.config import Recipe, _deep_merge, dump_recipe
+from rlvr.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
+from rlvr.config import Recipe, _deep_merge, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.evaluation import EvalResult, run_eval
 from rlvr.kl import AdaptiveKLController, kl_per_token
 from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
-from rlvr.losses import aggregate_loss, masked_mean, ppo_clip_loss
+from rlvr.losses import aggregate_loss, cispo_loss, count_sequences, ppo_clip_loss
 from rlvr.metrics import MetricsLogger, read_metrics
 from rlvr.models import eos_token_ids, load_causal_lm
 from rlvr.plots import plot_curves
@@ -44,11 +44,12 @@ from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
                                      init_distributed, record_grad_norm_without_zero)
-from rlvr.trainer.micro_batches import plan_micro_batches
+from rlvr.trainer.groups import solve_counts, zero_variance_groups
+from rlvr.trainer.micro_batches import micro_batches_are_collective, plan_micro_batches
 from rlvr.trainer.progress import TrainProgress
 from rlvr.verifier_inputs import sample_dict
 
-STAGES = ("rollout", "reward", "advantages", "update", "sync", "checkpoint")
+STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "advantages", "update", "sync", "checkpoint")
 
 
 class StageTimer:
@@ -75,12 +76,17 @@ class GRPOTrainer:
         run_dir: where metrics, samples, plots, checkpoints and the resolved recipe go.
         resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine).
         rollout_engine: inject an engine (tests); default: built from ``rollout.engine``.
+        resume_from: continue from this checkpoint of ``run_dir`` instead (``checkpoints/step-N``; implies
+            ``resume``): metrics, TensorBoard events and checkpoints of later steps are dropped.
+        allow_changed: recipe keys (or sections) that may differ from the run's ``recipe.resolved.yaml`` on resume.
     Raises:
-        rlvr.data.sources.DataError, rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume
-        without checkpoint): all before the model is loaded, except the last.
+        rlvr.config.RecipeError (resume with a changed recipe), rlvr.data.sources.DataError,
+        rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
+        before the model is loaded.
     """
 
-    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None) -> None:
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None,
+                 resume_from: str | Path | None = None, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         self.dist: DistInfo = init_distributed()
@@ -96,8 +102,16 @@ class GRPOTrainer:
             raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
                              "parameters in every generation step, and ranks stop generating at different steps): use "
                              "rollout.engine=vllm, or trainer.zero_stage <= 2")
-        if resume and ckpt.latest_checkpoint(self.run_dir) is None:
-            raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
+        self._resume_path: Path | None = None
+        if resume_from is not None:
+            self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
+        elif resume:
+            self._resume_path = ckpt.latest_checkpoint(self.run_dir)
+            if self._resume_path is None:
+                raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
+        saved = self.run_dir / "recipe.resolved.yaml"
+        if self._resume_path is not None and saved.is_file():
+            check_resumed_recipe(saved.read_text(), r, allow_changed)
 
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
         inputs = open_recipe_inputs(r)
@@ -128,8 +142,8 @@ class GRPOTrainer:
         self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
         if self.dist.is_main:
             (self.run_dir / "recipe.resolved.yaml").write_text(dump_recipe(r))
-        if resume:
-            self._resume()
+        if self._resume_path is not None:
+            self._resume(self._resume_path)
 
     # ------------------------------------------------------------------------------------------------ set-up
     @staticmethod
@@ -209,8 +223,7 @@ class GRPOTrainer:
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
                 "eval_before": self.eval_before}
 
-    def _resume(self) -> None:
-        path = ckpt.latest_checkpoint(self.run_dir)
+    def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
         self.step_done = int(state["step"])
         self.curriculum.load_state_dict(state["curriculum"])
@@ -219,8 +232,10 @@ class GRPOTrainer:
         self.eval_before = state.get("eval_before")
         self.rollout_engine.sync_weights(self.model)
         self.logger.truncate_after(self.step_done)
+        dropped = ckpt.discard_checkpoints_after(self.run_dir, self.step_done, self.dist.rank)
         if self.dist.is_main:
-            print(f"resumed from {path} at step {self.step_done}")
+            later = f" (deleted the later checkpoints {', '.join(p.name for p in dropped)})" if dropped else ""
+            print(f"resumed from {path} at step {self.step_done}{later}")
 
     def save(self) -> Path:
         """Checkpoint the current step (atomic), and refresh the plots."""
@@ -291,11 +306,12 @@ class GRPOTrainer:
             with timer("reward"):
                 self.verify(part)
             g = part.group_size
-            rewards = part.rewards.view(-1, g)  # (B_part, G)
-            zero_var = (rewards.max(dim=1).values - rewards.min(dim=1).values) < 1e-9 if len(part.prompts) \
-                else torch.zeros(0, dtype=torch.bool)  # (B_part,)
-            solved = part.solved.view(-1, g).sum(dim=1).tolist() if len(part.prompts) else []
-            mine = [(p.index, int(n), g) for p, n in zip(part.prompts, solved, strict=True)]
+            valid = part.valid.view(-1, g)  # (B_part, G)
+            filtered = part.solved.float() if ds.filter_on == "solved" else part.rewards
+            zero_var = zero_variance_groups(filtered.view(-1, g), valid)  # (B_part,)
+            counts_per_group = solve_counts(part.solved.view(-1, g), valid)
+            # dropped samples are not evidence about a prompt: the table sees only valid ones
+            mine = [(p.index, k, n) for p, (k, n) in zip(part.prompts, counts_per_group, strict=True) if n]
             for groups in all_gather_objects(mine):  # every rank keeps the same solve-rate table
                 self.curriculum.observe(groups)
             counts = all_reduce_sum(torch.tensor([float(zero_var.sum()), float(len(part.prompts)),
@@ -314,8 +330,8 @@ class GRPOTrainer:
         batch = _concat(kept)
         zero_var_after = 0.0
         if batch.prompts:
-            kept_rewards = batch.rewards.view(-1, batch.group_size)  # (B_kept, G)
-            zero_var_after = float(((kept_rewards.max(1).values - kept_rewards.min(1).values) < 1e-9).sum())
+            kept = (batch.solved.float() if ds.filter_on == "solved" else batch.rewards).view(-1, batch.group_size)
+            zero_var_after = float(zero_variance_groups(kept, batch.valid.view(-1, batch.group_size)).sum())
         self.tokens_generated += generated
         info = {"rollout/rounds": float(rounds),
                 "rollout/groups_generated": float(groups_seen),
@@ -328,26 +344,58 @@ class GRPOTrainer:
                 "rollout/tokens_generated": float(generated)}
         return batch, info, timer
 
-    def compute_advantages(self, batch: RolloutBatch) -> None:
-        """Group-baseline advantages per sample, broadcast to tokens; KL-in-reward when the recipe places KL there."""
+    def prepare(self, batch: RolloutBatch, timer: StageTimer) -> None:
+        """Pad the batch into tensors, then the forwards the loss needs before any update: the policy's own
+        log-probs (``old_logprobs`` stage: several optimizer steps per batch, TIS, KL in the reward) and the
+        reference policy's (``ref_logprobs`` stage)."""
         a = self.recipe.algorithm
         if not batch.prompts:  # dynamic sampling dropped every group (or this rank got none): nothing to tensorize
             batch.response_mask = batch.advantages = torch.zeros(0, 1)
+            self._join_empty_forwards()
             return
         tensorize(batch, int(self.tokenizer.pad_token_id), a.mask_truncated)
-        need_old = a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None or (
-            self.ref_model is not None and a.kl.placement == "reward")
-        if need_old:
-            batch.old_logprobs = self._logprobs(self.engine, batch)
+        if self._needs_old_logprobs():
+            with timer("old_logprobs"):
+                batch.old_logprobs = self._logprobs(self.engine, batch)
         if self.ref_model is not None:
-            batch.ref_logprobs = self._logprobs(self.ref_model, batch)
+            with timer("ref_logprobs"):
+                batch.ref_logprobs = self._logprobs(self.ref_model, batch)
+
+    def _needs_old_logprobs(self) -> bool:
+        a = self.recipe.algorithm
+        return a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None or (
+            self.ref_model is not None and a.kl.placement == "reward")
+
+    def _join_empty_forwards(self) -> None:
+        """A rank without samples still joins the other ranks' ZeRO-3 parameter gathers of the old-log-prob pass."""
+        if self._needs_old_logprobs():
+            for _ in self._micro_batches(None, [], synced=True):
+                self._idle_pass(backward=False)
+
+    def compute_advantages(self, batch: RolloutBatch) -> None:
+        """Advantages (N, T) of the prepared batch (:meth:`prepare`): the estimator per group over valid samples,
+        broadcast to tokens; with KL in the reward, ``-beta * KL`` (the recipe's estimator, pre-update log-probs) summed
+        into each token's return; batch-normalised estimators (``reinforce_pp``) are then whitened over all ranks'
+        tokens. Every rank must call this (the whitening is a collective)."""
+        a = self.recipe.algorithm
+        batch_norm = NORMALISATION[a.advantage.type] == "batch"
+        if not batch.prompts:
+            if batch_norm:
+                whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
+            return
         estimator = get_estimator(a.advantage.type)
-        rewards = batch.rewards.view(-1, batch.group_size)  # (B, G)
-        adv = estimator(rewards, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps).reshape(-1)  # (N,)
+        g = batch.group_size
+        rewards = batch.rewards.view(-1, g)  # (B, G)
+        valid = batch.valid.view(-1, g) if batch.valid is not None else None
+        adv = estimator(rewards, valid=valid, std_normalize=a.advantage.std_normalize,
+                        eps=a.advantage.eps).reshape(-1)  # (N,)
         token_adv = broadcast_to_tokens(adv, batch.response_mask)  # (N, T)
         if self.ref_model is not None and a.kl.placement == "reward":
-            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, "k1")
+            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator)
             token_adv = subtract_kl_from_returns(token_adv, kl, batch.response_mask, self.kl_ctl.beta)
+        if batch_norm:
+            token_adv = whiten(token_adv, batch.response_mask, std_normalize=a.advantage.std_normalize,
+                               eps=a.advantage.eps, all_reduce_sum=all_reduce_sum)
         batch.advantages = token_adv
 
     @torch.no_grad()
@@ -361,15 +409,17 @@ class GRPOTrainer:
             out[idx, :t] = lp.float().cpu()
         return out
 
-    def _micro_batches(self, batch: RolloutBatch, indices: list[int], synced: bool = True) -> list[list[int]]:
-        """Micro-batches by rows and padded tokens (``optim.micro_batch_size``/``micro_batch_tokens``). Under ZeRO-3
-        with several ranks (and ``synced``), padded with empty ones to the largest count over ranks: every forward
-        gathers parameters collectively, so all ranks must run as many (ranks can hold different sample counts, e.g.
-        after dynamic sampling)."""
+    def _micro_batches(self, batch: RolloutBatch | None, indices: list[int], synced: bool = True,
+                       backward: bool = False) -> list[list[int]]:
+        """Micro-batches by rows and padded tokens (``optim.micro_batch_size``/``micro_batch_tokens``), padded with
+        empty ones to the largest count over ranks when the passes are collectives (ranks can hold different sample
+        counts, e.g. after dynamic sampling, and a token budget splits them differently): under ZeRO-3 every forward
+        of the engine (``synced``) gathers parameters, and under ZeRO-2 and 3 every backward reduces gradients."""
         o = self.recipe.optim
         lengths = [len(batch.prompt_of(i).token_ids) + len(batch.completions[i].token_ids) for i in indices]
         plan = plan_micro_batches(indices, lengths, o.micro_batch_size, o.micro_batch_tokens)
-        if synced and self.recipe.trainer.zero_stage == 3 and self.dist.world_size > 1:
+        if self.dist.world_size > 1 and synced and micro_batches_are_collective(self.recipe.trainer.zero_stage,
+                                                                                backward):
             plan += [[] for _ in range(all_reduce_max(len(plan)) - len(plan))]
         return plan
 
@@ -450,6 +500,7 @@ class GRPOTrainer:
             sums[key] = sums.get(key, 0.0) + value
 
         gen = torch.Generator().manual_seed(r.seed * 1_000_003 + self.step_done)
+        agg = dict(mode=a.loss_agg, max_len=r.rollout.max_new_tokens)
         for epoch in range(a.ppo_epochs):
             order = torch.randperm(n, generator=gen).tolist() if (a.ppo_epochs > 1 or a.mini_batches > 1) \
                 else list(range(n))
@@ -457,9 +508,11 @@ class GRPOTrainer:
             for mb_index in range(a.mini_batches):  # as many optimizer steps on every rank, even one with no samples
                 mb = order[mb_index * size:(mb_index + 1) * size]
                 mask_mb = batch.response_mask[mb] if mb else torch.zeros(0, 1)
-                global_tokens = float(all_reduce_sum(mask_mb.sum().reshape(1))[0])
-                global_seqs = float(all_reduce_sum(torch.tensor([float(len(mb))]))[0])
-                for idx in self._micro_batches(batch, mb):
+                # global denominators; fully masked samples (mask_truncated, dropped) are no sequence of a seq-mean
+                global_tokens, global_seqs = all_reduce_sum(
+                    torch.stack([mask_mb.sum(), count_sequences(mask_mb)]).double()).tolist()
+                agg.update(num_tokens=max(global_tokens, 1.0), num_seqs=max(global_seqs, 1.0))
+                for idx in self._micro_batches(batch, mb, backward=True):
                     if not idx:
                         self._idle_pass(backward=True)
                         continue
@@ -468,27 +521,30 @@ class GRPOTrainer:
                     old = (batch.old_logprobs[idx, :t].to(logp.device) if batch.old_logprobs is not None
                            else logp.detach())
                     adv = batch.advantages[idx, :t].to(logp.device)
-                    out = ppo_clip_loss(logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high,
-                                        clip_ratio_c=a.clip_ratio_c)
-                    tok_loss = out.loss
+                    out = self._policy_loss(logp, old, adv, mask)
+                    pg_tok = out.loss
                     if a.tis_cap is not None:
                         rollout_lp = batch.rollout_logprobs[idx, :t].to(logp.device)
-                        tok_loss = tok_loss * torch.exp(old - rollout_lp).clamp(max=a.tis_cap).detach()
+                        pg_tok = pg_tok * torch.exp(old - rollout_lp).clamp(max=a.tis_cap).detach()
+                    # the loss's three terms, each aggregated like the whole (so they add up to train/loss)
+                    terms = {"pg_loss": aggregate_loss(pg_tok, mask, **agg)}
                     if batch.ref_logprobs is not None:
                         kl = kl_per_token(logp, batch.ref_logprobs[idx, :t].to(logp.device), a.kl.estimator)
                         if a.kl.placement == "loss":
-                            tok_loss = tok_loss + self.kl_ctl.beta * kl
+                            terms["kl_loss"] = aggregate_loss(self.kl_ctl.beta * kl, mask, **agg)
                         add("kl", float((kl.detach() * mask).sum()))
                     if a.entropy_coef > 0:
-                        tok_loss = tok_loss - a.entropy_coef * entropy
-                    loss = aggregate_loss(tok_loss, mask, a.loss_agg, num_tokens=max(global_tokens, 1.0),
-                                          num_seqs=max(global_seqs, 1.0), max_len=r.rollout.max_new_tokens) * loss_scale
+                        terms["entropy_loss"] = aggregate_loss(-a.entropy_coef * entropy, mask, **agg)
+                    loss = sum(terms.values()) * loss_scale
                     # DeepSpeed averages gradients over ranks; our normaliser is already global, so undo the mean
                     self.engine.backward(loss * world, scale_wrt_gas=False)
                     ntok = float(mask.sum())
                     add("loss", float(loss.detach()))
+                    for name, term in terms.items():
+                        add(name, float(term.detach()) * loss_scale)
                     add("tokens", ntok)
-                    add("clip_fraction", float(out.clipped.sum()))
+                    for side in ("low", "high", "dual"):
+                        add(f"clip_{side}", float(getattr(out, f"clipped_{side}").sum()))
                     add("ratio", float(out.ratio.sum()))
                     if epoch == 0 and mb_index == 0 or a.ppo_epochs == 1 and a.mini_batches == 1:
                         add("entropy_tokens", ntok)
@@ -501,32 +557,51 @@ class GRPOTrainer:
                 norm = self.engine.get_global_grad_norm()
                 add("grad_norm", float(norm) if norm is not None else float("nan"))
                 add("opt_steps", 1.0)
-        keys = ["loss", "tokens", "clip_fraction", "ratio", "entropy", "entropy_tokens", "mismatch", "kl"]
+        keys = ["loss", "pg_loss", "kl_loss", "entropy_loss", "tokens", "clip_low", "clip_high", "clip_dual", "ratio",
+                "entropy", "entropy_tokens", "mismatch", "kl"]
         totals = all_reduce_sum(torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64))
         tot = dict(zip(keys, totals.tolist(), strict=True))
         tokens = max(tot["tokens"], 1.0)
         ent_tokens = max(tot["entropy_tokens"], 1.0)
+        opt_steps = max(sums.get("opt_steps", 1.0), 1.0)
         metrics = {
-            "train/loss": tot["loss"] / max(sums.get("opt_steps", 1.0), 1.0),
-            "train/clip_fraction": tot["clip_fraction"] / tokens,
+            "train/loss": tot["loss"] / opt_steps,
+            "train/pg_loss": tot["pg_loss"] / opt_steps,
+            "train/clip_fraction": (tot["clip_low"] + tot["clip_high"] + tot["clip_dual"]) / tokens,
+            "train/clip_fraction_low": tot["clip_low"] / tokens,
+            "train/clip_fraction_high": tot["clip_high"] / tokens,
+            "train/clip_fraction_dual": tot["clip_dual"] / tokens,
             "train/ratio_mean": tot["ratio"] / tokens,
             "train/entropy": tot["entropy"] / ent_tokens,
             "train/rollout_logprob_diff_mean": tot["mismatch"] / ent_tokens,
-            "train/rollout_logprob_diff_max": sums.get("mismatch_max", 0.0),
-            "train/grad_norm": sums.get("grad_norm", 0.0) / max(sums.get("opt_steps", 1.0), 1.0),
+            "train/rollout_logprob_diff_max": all_reduce_max(sums.get("mismatch_max", 0.0)),
+            "train/grad_norm": sums.get("grad_norm", 0.0) / opt_steps,
             "train/lr": float(self.engine.get_lr()[0]),
             "train/optimizer_steps": sums.get("opt_steps", 0.0),
         }
+        if a.entropy_coef > 0:
+            metrics["train/entropy_loss"] = tot["entropy_loss"] / opt_steps
         if self.ref_model is not None:
+            if a.kl.placement == "loss":
+                metrics["train/kl_loss"] = tot["kl_loss"] / opt_steps
             metrics["train/kl"] = tot["kl"] / tokens
             metrics["train/kl_beta"] = self.kl_ctl.beta
             self.kl_ctl.update(metrics["train/kl"])
         return metrics
 
+    def _policy_loss(self, logp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> Any:
+        """The recipe's per-token policy objective (``algorithm.policy_loss``, ``importance_sampling_level``)."""
+        a = self.recipe.algorithm
+        if a.policy_loss == "cispo":
+            return cispo_loss(logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high)
+        return ppo_clip_loss(logp, old, adv, mask, clip_low=a.clip_low, clip_high=a.clip_high,
+                             clip_ratio_c=a.clip_ratio_c, importance_sampling_level=a.importance_sampling_level)
+
     # ------------------------------------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
         """One training step: rollout -> verify -> advantages -> update -> sync; returns its metrics."""
         batch, info, timer = self.collect()
+        self.prepare(batch, timer)
         with timer("advantages"):
             self.compute_advantages(batch)
         with timer("update"):
@@ -562,34 +637,36 @@ class GRPOTrainer:
               f"max {peak:.2e} nats/token: {verdict}")
 
     def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
-        """Reward/solve-rate/length statistics of the step, summed over ranks."""
+        """Reward/solve-rate/length statistics of the step, summed over ranks. Reward and solve-rate statistics leave
+        dropped samples out (``reward.failure_score: null``); lengths count every sample."""
         lengths = torch.tensor([float(len(c.token_ids)) for c in batch.completions])
-        solved = batch.solved.float() if batch.solved is not None else torch.zeros(0)
+        valid = batch.valid.float() if batch.valid is not None else torch.ones(len(lengths))
+        solved = batch.solved.float() * valid if batch.solved is not None else torch.zeros(0)
         truncated = torch.tensor([float(c.finish_reason == "length") for c in batch.completions])
-        rewards = batch.rewards if batch.rewards is not None else torch.zeros(0)
+        rewards = batch.rewards * valid if batch.rewards is not None else torch.zeros(0)
         per_label = [[(res.scores.get(lbl) if res.scores.get(lbl) is not None else float("nan"))
                       for lbl in self.labels] for res in batch.reward_results]
         vals = torch.tensor(per_label, dtype=torch.float64).reshape(-1, len(self.labels))
         judged = ~torch.isnan(vals)
         zero_var = 0.0
         if batch.prompts:
-            g = rewards.view(-1, batch.group_size)
-            zero_var = float(((g.max(1).values - g.min(1).values) < 1e-9).sum())
+            zero_var = float(zero_variance_groups(rewards.view(-1, batch.group_size),
+                                                  valid.bool().view(-1, batch.group_size)).sum())
         fails = float(sum(1 for res in batch.reward_results if res.failures))
         stats = torch.cat([torch.tensor([
             float(len(lengths)), float(rewards.sum()), float((rewards.double() ** 2).sum()), float(solved.sum()),
             float(lengths.sum()), float((lengths * solved).sum()), float(truncated.sum()), zero_var,
-            float(len(batch.prompts)), fails], dtype=torch.float64),
+            float(len(batch.prompts)), fails, float(valid.sum())], dtype=torch.float64),
             torch.where(judged, vals, 0.0).sum(0), judged.double().sum(0)])
         s = all_reduce_sum(stats).tolist()
-        n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nfail = s[:10]
+        n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nfail, nvalid = s[:11]
         k = len(self.labels)
-        vsum, vcount = s[10:10 + k], s[10 + k:10 + 2 * k]
-        n = max(n, 1.0)
+        vsum, vcount = s[11:11 + k], s[11 + k:11 + 2 * k]
+        n, nvalid = max(n, 1.0), max(nvalid, 1.0)
         out = {
-            "reward/mean": rsum / n,
-            "reward/std": math.sqrt(max(rsq / n - (rsum / n) ** 2, 0.0)),
-            "reward/solve_rate": nsolved / n,
+            "reward/mean": rsum / nvalid,
+            "reward/std": math.sqrt(max(rsq / nvalid - (rsum / nvalid) ** 2, 0.0)),
+            "reward/solve_rate": nsolved / nvalid,
             "reward/zero_var_groups": zvar / max(ngroups, 1.0),
             "reward/verifier_failures": nfail,
             "rollout/response_length": lsum / n,
@@ -637,8 +714,8 @@ class GRPOTrainer:
         return run_eval(self.rollout_engine, self.tokenizer, self.prompt_set.eval, self.reward_fn, self.solved_label,
                         k=k or ev.k, temperature=ev.temperature,
                         max_new_tokens=ev.max_new_tokens or self.recipe.rollout.max_new_tokens,
-                        top_p=self.recipe.rollout.top_p, seed=ev.seed, rank=self.dist.rank,
-                        world_size=self.dist.world_size)
+                        top_p=self.recipe.rollout.top_p, top_k=self.recipe.rollout.top_k, seed=ev.seed,
+                        rank=self.dist.rank, world_size=self.dist.world_size)
 
     def _budget_spent(self, tokens: int) -> bool:
         budget = self.recipe.trainer.max_tokens_generated

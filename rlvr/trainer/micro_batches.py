@@ -44,3 +44,16 @@ def plan_micro_batches(indices: list[int], lengths: list[int], max_rows: int,
     if current:
         plan.append(current)
     return plan
+
+
+def micro_batches_are_collective(zero_stage: int, backward: bool) -> bool:
+    """Whether every rank must run the same number of micro-batch passes (else their collectives mismatch: a hang).
+
+    ZeRO-3 gathers parameters in every forward (and backward); ZeRO-2 reduces gradients in every backward, in its
+    gradient hooks, even with DeepSpeed's ``managed_gradient_accumulation: false`` (its stage 0 and 1 reduce only in
+    ``step()``).
+
+    Args:
+        zero_stage: DeepSpeed ZeRO stage (0-3). backward: the passes include a backward (the update), not only forwards.
+    """
+    return zero_stage == 3 or (backward and zero_stage == 2)
