@@ -83,8 +83,9 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
     est = estimate_memory(recipe, shapes, device, ranks=options.world(), max_prompt_tokens=longest)
     level, message = judge_memory(est, recipe)
     policy = shapes["policy"]
-    head = (f"per rank, {options.world()} rank(s), ZeRO-{recipe.trainer.zero_stage}; policy {policy.params / 1e9:.3g}B "
-            f"parameters ({policy.source})")
+    count = f"{policy.params / 1e9:.3g}B" if policy.params >= 1e8 else f"{policy.params / 1e6:.3g}M"
+    head = f"per rank, {options.world()} rank(s), ZeRO-{recipe.trainer.zero_stage}; policy {count} parameters " \
+           f"({policy.source})"
     report.add(level, "memory", f"{message}\n{head}" if level == "error" else f"{head}\n{message}")
 
 

@@ -146,7 +146,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
     """Bytes per rank of ``recipe`` on ``device`` with ``ranks`` data-parallel ranks.
 
     Args:
-        shapes: ``policy`` and each role of :data:`EXTRA_MODELS` the recipe holds, by role.
+        shapes: ``policy`` and each role of :data:`EXTRA_MODELS` the recipe holds, by role (a role whose model is the
+            policy's, like the reference, may be left out).
         max_prompt_tokens: the longest training prompt; ``None``: :data:`ASSUMED_PROMPT_TOKENS` (noted).
     Raises:
         KeyError: a role the recipe holds without its shape in ``shapes``.
@@ -160,7 +161,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
     for role, name, trained in held:
         if name is None:
             continue
-        n = shapes[role].params
+        shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
+        n = shape.params
         if not trained:
             parts.append(Part(f"{role} weights (fp32, whole)", 4 * n, "resident",
                               "algorithm.kl.beta: 0 (no reference model)" if role == "reference" else
@@ -178,7 +180,7 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
             parts.append(Part(f"{role} Adam moments (fp32 x 2{', ZeRO-%d / %d ranks' % (z, ranks) if z >= 1 else ''})",
                               adam, "resident", "trainer.offload_optimizer: true, or trainer.zero_stage >= 1"))
         if z == 3:
-            parts.append(Part(f"{role} ZeRO-3 gathered blocks (2, fp32)", 2 * 4 * shapes[role].layer_params, "train",
+            parts.append(Part(f"{role} ZeRO-3 gathered blocks (2, fp32)", 2 * 4 * shape.layer_params, "train",
                               "trainer.deepspeed_config (stage3_prefetch_bucket_size)"))
 
     policy = shapes["policy"]
@@ -226,24 +228,27 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
 
 
 def judge_memory(est: MemoryEstimate, recipe: Recipe) -> tuple[str, str]:
-    """(level, message): ``error`` past the device's memory, ``warn`` above 90% of it or when vLLM's share holds no
-    whole sequence, else ``info``; the message is the table plus, when it does not fit, the knob to turn."""
+    """(level, message): ``error`` past the device's memory or when vLLM's share holds no whole sequence after its
+    weights (vLLM refuses to start), ``warn`` above 90% of the device, else ``info``; the message is what is wrong
+    (with the knob to turn), then the table."""
     table = est.table()
+    problems: list[str] = []
     if est.kv_cache_tokens is not None:
         max_len = recipe.rollout.vllm_max_model_len or (ASSUMED_PROMPT_TOKENS + recipe.rollout.max_new_tokens)
         seqs = est.kv_cache_tokens / max_len
         table += f"\nvLLM KV cache: {est.kv_cache_tokens:,} tokens = {seqs:.1f} sequences of {max_len} at once"
         if seqs < 1:
-            return "error", (table + "\nvLLM's share cannot hold one whole sequence after its weights (vLLM refuses to "
-                             "start): raise rollout.vllm_gpu_memory_utilization or lower rollout.vllm_max_model_len")
-    if not est.device.bytes:
-        return "info", table
-    if est.fraction > 1.0:
+            problems.append("vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence (vLLM "
+                            "refuses to start): raise rollout.vllm_gpu_memory_utilization or lower "
+                            "rollout.vllm_max_model_len")
+    if est.device.bytes and est.fraction > 1.0:
         big = est.biggest()
-        return "error", (f"{est.peak_bytes / GIB:.1f} GiB per rank at the peak of {est.peak_phase} does not fit in "
-                         f"{est.device.gib:.1f} GiB ({est.device.name}); the largest part is {big.name} "
-                         f"({big.bytes / GIB:.1f} GiB): turn {big.knob or 'it down'}\n{table}")
-    if est.fraction > 0.9:
+        problems.insert(0, f"{est.peak_bytes / GIB:.1f} GiB per rank at the peak of {est.peak_phase} does not fit in "
+                           f"{est.device.gib:.1f} GiB ({est.device.name}); the largest part is {big.name} "
+                           f"({big.bytes / GIB:.1f} GiB): turn {big.knob or 'it down'}")
+    if problems:
+        return "error", "\n".join(problems + [table])
+    if est.device.bytes and est.fraction > 0.9:
         return "warn", f"above 90% of the device's memory: little room for fragmentation\n{table}"
     return "info", table
 
