@@ -244,7 +244,7 @@ def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):
     raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "A100-40GB"])
     assert code == 1
-    assert "error   memory: 60.6 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
+    assert "error   memory: 62.4 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
            "largest part is reference weights (fp32, whole) (28.4 GiB): turn algorithm.kl.beta: 0" in out
     assert "vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence" in out
 

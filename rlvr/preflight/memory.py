@@ -17,6 +17,8 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - generation: vLLM takes ``rollout.vllm_gpu_memory_utilization`` of the GPU for its bf16 weights and KV cache (freed
   during training with ``rollout.vllm_sleep_mode``); the ``hf`` engine holds the KV cache of
   ``rollout.generation_batch_size`` sequences.
+- under bf16 autocast, the bf16 casts of the weights that autocast caches while its region lasts (2N; /R under Z = 3),
+  in the forward and backward, and in the ``hf`` engine's generation.
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
 
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase. It is an estimate
@@ -184,6 +186,11 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
                               "trainer.deepspeed_config (stage3_prefetch_bucket_size)"))
 
     policy = shapes["policy"]
+    # autocast caches a bf16 cast of every weight it multiplies with, until its region ends (forward, hf generate)
+    casts = 2 * policy.params / (ranks if z == 3 else 1) if act == 2 else 0.0
+    if casts:
+        parts.append(Part("bf16 weight casts cached by autocast", casts, "train",
+                          "trainer.bf16: false (fp32: no casts, but 2x activations)"))
     prompt = max_prompt_tokens if max_prompt_tokens is not None else ASSUMED_PROMPT_TOKENS
     if max_prompt_tokens is None:
         notes.append(f"(prompts assumed {ASSUMED_PROMPT_TOKENS} tokens long: the data was not loaded)")
@@ -219,8 +226,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
             kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
     elif engine == "hf":
         seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
-        parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens)",
-                          seqs * seq * policy.kv_bytes_per_token * act / 2, "generate",
+        parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens){' + bf16 casts' if casts else ''}",
+                          seqs * seq * policy.kv_bytes_per_token * act / 2 + casts, "generate",
                           "rollout.generation_batch_size"))
     if gpu:
         parts.append(Part("CUDA context + allocator slack", CUDA_OVERHEAD_BYTES, "resident", ""))

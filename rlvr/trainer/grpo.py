@@ -118,7 +118,8 @@ class GRPOTrainer:
             self.ref_model.requires_grad_(False)
         with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))", self.dist.is_main):
             self.engine = self._init_deepspeed()
-        with phase(f"rollout engine ({r.rollout.engine})", self.dist.is_main and rollout_engine is None):
+        with phase(f"rollout engine ({r.rollout.engine})",
+                   self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or self._build_rollout_engine()
         self.failure_reasons: dict[str, str | None] = {}
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
