@@ -3,8 +3,10 @@
     rlvr train recipes/demo.yaml [-o runs/demo] [--set optim.lr=2e-6 ...] [--resume | --resume-from
                checkpoints/step-N] [--allow-changed trainer.steps ...]
     rlvr eval  runs/demo --recipe recipes/demo.yaml [--k 8]       # or a model folder instead of a run dir
+    rlvr check recipes/demo.yaml [--show-prompt] [--resolved]    # pre-flight: data, model, verifiers, EOS, gold, memory
+    rlvr check recipes/r1_zero_qwen2.5_math_7b.yaml --ranks 8 --gpu-memory H100-80GB
     rlvr config show recipes/demo.yaml [--set ...]               # the resolved recipe, every default filled in
-    rlvr config check recipes/*.yaml
+    rlvr config check recipes/*.yaml                             # the schema only (instant)
     rlvr verify math --gold '\\frac12' --pred 'so \\boxed{0.5}'    # see `rlvr verify -h`
 
 `make demo` runs the CPU demo (about 15 minutes on 2 cores): a progress line per step, then ``runs/demo/summary.json``
@@ -27,22 +29,51 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from rlvr.data.sources import DataError
     from rlvr.embedded import EmbeddedModelError
     from rlvr.models import ModelLoadError
+    from rlvr.preflight import PreflightError
     from verifiers.registry import UnknownVerifierError
 
-    return (RecipeError, DataError, ModelLoadError, EmbeddedModelError, UnknownVerifierError, FileNotFoundError)
+    return (RecipeError, DataError, ModelLoadError, EmbeddedModelError, UnknownVerifierError, PreflightError,
+            FileNotFoundError, FileExistsError)
+
+
+def _load(path: str, overrides: list[str]):  # noqa: ANN202 - Recipe; the import stays lazy
+    """The validated recipe, with its folder and the working directory on the import path (for ``module:function``
+    verifiers saved next to the recipe)."""
+    from rlvr.config import load_recipe
+    from rlvr.verifier_inputs import add_recipe_import_paths
+
+    recipe = load_recipe(path, overrides)
+    add_recipe_import_paths(path)
+    return recipe
+
+
+def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse to train into a folder that holds anything (another run's ``metrics.jsonl`` would be appended to and its
+    ``recipe.resolved.yaml`` overwritten) unless ``--resume`` or ``--overwrite`` says what to do with it.
+
+    Raises:
+        FileExistsError: the folder exists, is not empty, and neither flag is given.
+    """
+    if resume or overwrite or not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise FileExistsError(f"-o {run_dir}: a file, not a folder")
+    held = sorted(p.name for p in run_dir.iterdir())
+    if held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise FileExistsError(f"{run_dir} is not empty (it holds {shown}): pass --resume to continue its run, "
+                              f"--overwrite to delete it and start over, or -o for another folder")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.config import RecipeError, load_recipe
+    from rlvr.config import RecipeError
 
-    recipe = load_recipe(args.recipe, args.set)  # validated before anything heavy is imported
+    recipe = _load(args.recipe, args.set)  # validated before anything heavy is imported
     run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
     resume = args.resume or args.resume_from is not None
     if args.allow_changed and not resume:
         raise RecipeError("--allow-changed only applies with --resume or --resume-from")
-    if run_dir.exists() and any(run_dir.glob("checkpoints/step-*")) and not resume and not args.overwrite:
-        raise FileNotFoundError(f"{run_dir} already holds checkpoints: pass --resume to continue it, --overwrite to "
-                                f"start over, or -o for another folder")
+    check_run_dir(run_dir, resume, args.overwrite)
     if args.overwrite and not resume:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -68,8 +99,6 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from rlvr.config import load_recipe
-
     overrides = list(args.set)
     target = Path(args.target)
     if (target / "checkpoints").is_dir() or target.name.startswith("step-"):
@@ -80,7 +109,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"{target} has no finished checkpoint")
         target = ckpt_dir / "model"
     overrides.append(f"model.name={target}" if target.exists() else f"model.name={args.target}")
-    recipe = load_recipe(args.recipe, overrides)
+    recipe = _load(args.recipe, overrides)
     from rlvr.eval_model import evaluate_recipe
 
     result = evaluate_recipe(recipe, k=args.k)
@@ -96,7 +125,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
         if args.action == "show":
             print(dump_recipe(recipe))
         else:
-            print(f"{path}: ok")
+            print(f"{path}: schema ok (keys, types, values; `rlvr check {path}` also checks the data, model, "
+                  f"verifiers, template, EOS, gold answers and memory)")
     return 0
 
 
@@ -126,12 +156,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=_cmd_eval)
 
-    p = sub.add_parser("config", help="show or check recipes")
+    p = sub.add_parser("config", help="show a resolved recipe, or check recipes against the schema only (keys, types, "
+                                      "values: no data, model or verifier is looked at; see `rlvr check`)")
     p.add_argument("action", choices=["show", "check"])
     p.add_argument("recipes", nargs="+")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=_cmd_config)
 
+    from rlvr.commands.check import add_parser as add_check
+    add_check(sub)
     from rlvr.commands.verify import add_parser as add_verify
     add_verify(sub)
     try:

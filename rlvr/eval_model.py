@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.config import Recipe
+from rlvr.preflight import CheckOptions
 from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.evaluation import run_eval
 
@@ -16,7 +17,7 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
     Raises:
         DataError, ModelLoadError, UnknownVerifierError: before the model is loaded.
     """
-    with recipe_inputs(recipe) as inputs:
+    with recipe_inputs(recipe, CheckOptions(training=False, command="eval")) as inputs:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
         if not prompts:
             raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")

@@ -1,6 +1,7 @@
 """What every command that runs a recipe's model opens before loading it (the trainer, ``rlvr eval``, ``rlvr filter``):
-rows, verifiers, model path, reward pool, tokenizer and prompt split, with every input error raised first; and, for
-the commands that only sample, the recipe's rollout engine."""
+rows, verifiers, model path, reward pool, tokenizer and prompt split, with every input error raised first, then the
+pre-flight checks of :mod:`rlvr.preflight` (an error stops the command before any model is loaded); and, for the
+commands that only sample, the recipe's rollout engine."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from rlvr.precision import announce_precision, choose_precision
-from rlvr.verifier_inputs import verifier_specs
+from rlvr.preflight import CheckOptions, print_run_findings, run_checks
+from rlvr.verifier_inputs import check_verifier_kwargs, verifier_specs
 from verifiers.registry import get_verifier
 from verifiers.reward import RewardFunction, VerifierSpec
 
@@ -30,20 +32,22 @@ class RecipeInputs:
     reward_fn: RewardFunction
 
 
-def open_recipe_inputs(recipe: Recipe) -> RecipeInputs:
-    """The cheap checks first (the rows of ``recipe.data``, its verifier specs, each looked up in the registry, its
-    model's path: the embedded model is converted on first use), then ``trainer.num_threads``, the reward pool (forked
-    before any model is loaded, so its workers stay small; the caller closes it) and the train/eval prompt split built
-    with the model's tokenizer.
+def open_recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> RecipeInputs:
+    """The cheap checks first (the rows of ``recipe.data``, its verifier specs, each looked up in the registry and its
+    kwargs matched with its signature, its model's path: the embedded model is converted on first use), then
+    ``trainer.num_threads``, the reward pool (forked before any model is loaded, so its workers stay small; the caller
+    closes it), the train/eval prompt split built with the model's tokenizer, and the pre-flight checks (``checks``;
+    default: those of ``rlvr train``), whose warnings are printed.
 
     Raises:
-        DataError, UnknownVerifierError, ModelLoadError: nothing is loaded past the tokenizer then, and no pool is left
-        running.
+        DataError, UnknownVerifierError, VerifierKwargsError, ModelLoadError, PreflightError: nothing is loaded past
+        the tokenizer then, and no pool is left running.
     """
+    checks = checks or CheckOptions()
     rows = load_rows(recipe.data)
     specs = verifier_specs(recipe)
     for spec in specs:
-        get_verifier(spec.name)
+        check_verifier_kwargs(spec.name, get_verifier(spec.name), spec.kwargs)
     model_path = resolve_model_path(recipe.model.name)
     if recipe.trainer.num_threads:
         torch.set_num_threads(recipe.trainer.num_threads)
@@ -51,6 +55,10 @@ def open_recipe_inputs(recipe: Recipe) -> RecipeInputs:
     try:
         tokenizer = load_tokenizer(model_path, recipe.model)
         prompt_set = build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed)
+        report = run_checks(recipe, specs, checks, rows=rows, tokenizer=tokenizer, prompt_set=prompt_set,
+                            reward_fn=reward_fn, model_path=model_path)
+        print_run_findings(report, checks.command)
+        report.raise_for_errors()
     except BaseException:
         reward_fn.close()
         raise
@@ -58,9 +66,9 @@ def open_recipe_inputs(recipe: Recipe) -> RecipeInputs:
 
 
 @contextmanager
-def recipe_inputs(recipe: Recipe) -> Iterator[RecipeInputs]:
+def recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> Iterator[RecipeInputs]:
     """:func:`open_recipe_inputs` with the reward pool closed on exit."""
-    inputs = open_recipe_inputs(recipe)
+    inputs = open_recipe_inputs(recipe, checks)
     with inputs.reward_fn:
         yield inputs
 

@@ -1,13 +1,70 @@
-"""What the verifiers of a recipe are (with those its algorithm adds) and what each of them sees of a sample."""
+"""What the verifiers of a recipe are (with those its algorithm adds), where their modules are imported from, whether
+their recipe ``kwargs`` fit their signatures, and what each of them sees of a sample."""
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import Completion
 from verifiers.reward import VerifierSpec
+
+
+class VerifierKwargsError(ValueError):
+    """A verifier's recipe ``kwargs`` do not fit its signature (an unknown name or a missing required one)."""
+
+
+def add_recipe_import_paths(recipe_path: str | Path) -> list[str]:
+    """Put the recipe's folder and the working directory on ``sys.path`` (after what is there), so a verifier named
+    ``my_rewards:fn`` imports from a ``my_rewards.py`` saved next to the recipe, or in the folder the command runs
+    in, without ``PYTHONPATH=.``. Forked verifier workers inherit the path. Returns the folders added.
+    """
+    added = []
+    for folder in (Path(recipe_path).resolve().parent, Path(os.getcwd()).resolve()):
+        text = str(folder)
+        if text not in sys.path and text not in added:
+            sys.path.append(text)
+            added.append(text)
+    return added
+
+
+def check_verifier_kwargs(label: str, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """Check the recipe's ``kwargs`` for verifier ``label`` against ``fn(completion, sample, **kwargs)``'s signature.
+
+    A function that takes ``**kwargs`` accepts any name and is not checked.
+
+    Raises:
+        VerifierKwargsError: a kwarg the function has no parameter for (naming the closest one and the valid ones),
+            or a required parameter (no default) the recipe does not give.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    positional = [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                                  inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    named = [p for p in params[len(positional[:2]):]
+             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    valid = [p.name for p in named]
+    for key in kwargs:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise VerifierKwargsError(
+                f"verifier {label!r}: kwargs has {key!r}, which the function does not take.{hint} Its keyword "
+                f"arguments: {', '.join(valid) or '(none)'}")
+    missing = [p.name for p in named if p.default is inspect.Parameter.empty and p.name not in kwargs]
+    if missing:
+        raise VerifierKwargsError(f"verifier {label!r}: kwargs lacks the required argument(s) {', '.join(missing)}")
 
 
 def verifier_specs(recipe: Recipe) -> list[VerifierSpec]:

@@ -83,4 +83,4 @@ def test_train_then_eval_the_run(tiny, tmp_path, capsys):
     assert 0.0 <= result["pass_at_1"] <= result["pass_at_k"] <= 1.0
     # a second train into the same folder without --resume/--overwrite is refused
     err = _error(capsys, ["train", recipe, "-o", str(tmp_path / "run")])
-    assert "already holds checkpoints" in err
+    assert "is not empty" in err and "--resume" in err and "--overwrite" in err

@@ -178,3 +178,32 @@ def test_close_stops_workers() -> None:
     processes = [w.process for w in reward_fn._pool._workers]
     reward_fn.close()
     assert all(not p.is_alive() for p in processes)
+
+
+@verifier("test_ranged", score_range=(0.0, 1.0))
+def ranged(completion: str, sample: dict) -> float:
+    """Returns the float the completion spells: 'inf', '-inf', '1.5', ..."""
+    return float(completion)
+
+
+def test_inf_is_reported_as_inf_and_a_score_outside_the_declared_range_is_a_failure() -> None:
+    completions = ["inf", "-inf", "nan", "1.5", "-0.25", "1.0", "0.0"]
+    with RewardFunction([VerifierSpec("test_ranged")], num_workers=1, failure_score=0.0) as reward_fn:
+        results = reward_fn.score(completions, [{} for _ in completions])
+        counters = reward_fn.counters()
+    failures = [r.failures.get("test_ranged") for r in results]
+    assert failures == ["inf", "inf", "nan", "range: 1.5 outside [0.0, 1.0]", "range: -0.25 outside [0.0, 1.0]",
+                        None, None]
+    assert [r.scores["test_ranged"] for r in results] == [None, None, None, None, None, 1.0, 0.0]
+    assert counters["test_ranged/inf"] == 2 and counters["test_ranged/nan"] == 1 and counters["test_ranged/range"] == 2
+
+
+def test_built_in_verifiers_declare_their_ranges() -> None:
+    from verifiers.registry import get_verifier
+
+    assert get_verifier("math").score_range == (0.0, 1.0)
+    assert get_verifier("format").score_range == (0.0, 1.0)
+    assert get_verifier("length_penalty").score_range == (-1.0, 0.0)
+    assert get_verifier("overlong").score_range == (None, 0.0)
+    with pytest.raises(ValueError, match="low 2 is above high 1"):
+        verifier("test_bad_range", score_range=(2, 1))

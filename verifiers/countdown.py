@@ -90,7 +90,7 @@ def _eval(node: ast.AST, allowed: str, used: list[int]) -> Fraction:
     raise EquationError(f"{type(node).__name__} is not allowed; use integers, {allowed} and parentheses")
 
 
-@verifier("countdown")
+@verifier("countdown", score_range=(0.0, 1.0))
 def countdown(
     completion: str,
     sample: dict,

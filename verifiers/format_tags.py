@@ -89,7 +89,7 @@ def prompt_prefills_think(prompt: str, think_tag: str = "think") -> bool:
     return prompt.rstrip().endswith(f"<{think_tag}>")
 
 
-@verifier("format")
+@verifier("format", score_range=(0.0, 1.0))
 def r1_format(
     completion: str,
     sample: dict,
@@ -109,7 +109,7 @@ def r1_format(
     return {"score": 1.0 if verdict.ok else 0.0, "reason": verdict.reason}
 
 
-@verifier("boxed_format")
+@verifier("boxed_format", score_range=(0.0, 1.0))
 def boxed_format(completion: str, sample: dict) -> float:
     """1.0 if ``completion`` contains a ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces and
     non-empty content, else 0.0. Reads no sample fields."""

@@ -46,7 +46,7 @@ def _tokens(sample: dict, name: str) -> int:
     return value
 
 
-@verifier("overlong")
+@verifier("overlong", score_range=(None, 0.0))
 def overlong(
     completion: str,
     sample: dict,
@@ -75,7 +75,7 @@ def overlong(
     return penalty * overlong_penalty(length, limit, buffer)
 
 
-@verifier("length_penalty")
+@verifier("length_penalty", score_range=(-1.0, 0.0))
 def length_penalty(
     completion: str,
     sample: dict,

@@ -118,7 +118,7 @@ def _cache_key(completion: str, sample: dict, *, answer_field: str = "answer", m
     return (str(gold), extract_answer(completion), min_sig_digits)
 
 
-@verifier("math", cache_key=_cache_key)
+@verifier("math", cache_key=_cache_key, score_range=(0.0, 1.0))
 def math_reward(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> dict:
     """1.0 when the completion's final answer equals ``sample[answer_field]``, else 0.0; ``None`` when the
     gold cannot be judged. Returns ``{"score", "extracted", "reason"}``.

@@ -40,7 +40,9 @@ class UnknownVerifierError(KeyError):
         return str(self.args[0]) if self.args else "unknown verifier"
 
 
-def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[VerifierFn], VerifierFn]:
+def verifier(
+    name: str, *, cache_key: CacheKeyFn | None = None, score_range: tuple[float | None, float | None] | None = None
+) -> Callable[[VerifierFn], VerifierFn]:
     """Decorator registering ``fn`` under ``name``.
 
     Args:
@@ -49,12 +51,20 @@ def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[Ver
             :class:`verifiers.reward.RewardFunction` computes the key in the parent process and reuses the
             score of an earlier call with the same key instead of calling the verifier again (the math
             verifier keys on ``(gold, extracted answer)``). It must be cheap and must never hang.
+        score_range: optional ``(low, high)`` bounds of a valid score, inclusive (``None`` = unbounded on that
+            side). A score outside them is counted as a failure (``"range: ..."``), not added to the reward: a
+            verifier that returns 5.0 where 1.0 is the best is broken, not generous.
 
     Raises:
-        ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function.
+        ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function; a
+            ``score_range`` whose low bound is above its high bound.
     """
     if not name or ":" in name:
         raise ValueError(f"verifier name must be non-empty and contain no ':', got {name!r}")
+    if score_range is not None:
+        low, high = score_range
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"verifier {name!r}: score_range low {low} is above high {high}")
 
     def register(fn: VerifierFn) -> VerifierFn:
         existing = _REGISTRY.get(name)
@@ -65,6 +75,8 @@ def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[Ver
             )
         if cache_key is not None:
             fn.cache_key = cache_key  # type: ignore[attr-defined]
+        if score_range is not None:
+            fn.score_range = score_range  # type: ignore[attr-defined]
         fn.verifier_name = name  # type: ignore[attr-defined]
         _REGISTRY[name] = fn
         return fn

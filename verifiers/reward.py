@@ -11,8 +11,9 @@ Example::
     results[0].scores  # {"math": 1.0, "format": 1.0}
 
 Every verifier call runs in a worker process with a hard wall-clock kill (:mod:`verifiers.pool`). A verifier
-that raises, returns NaN or runs past ``timeout_s`` costs that sample only: its score is ``None``, the
-reason goes to ``failures`` and the counters, and ``failure_score`` (times the weight) enters the total.
+that raises, returns NaN or an infinite score, returns a score outside its declared ``score_range``
+(:func:`verifiers.registry.verifier`) or runs past ``timeout_s`` costs that sample only: its score is ``None``,
+the reason goes to ``failures`` and the counters, and ``failure_score`` (times the weight) enters the total.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class RewardResult:
             ``weight * failure_score`` (nothing when ``failure_score`` is ``None``); a skipped one adds 0.
         scores: verifier label -> score, ``None`` when the verifier skipped the sample or failed.
         extras: extra fields from dict returns, keyed ``"<label>/<field>"``.
-        failures: verifier label -> ``"timeout"``, ``"nan"`` or ``"error: <message>"``.
+        failures: verifier label -> ``"timeout"``, ``"nan"``, ``"inf"`` (``+inf`` or ``-inf``), ``"range: <score>
+            outside [low, high]"`` or ``"error: <message>"``. The part before ``:`` is the counter's kind.
     """
 
     total: float
@@ -136,8 +138,8 @@ class RewardFunction:
 
     def counters(self) -> dict[str, int]:
         """Running totals since construction: ``"<label>/calls"`` (sent to a worker), ``"<label>/cache_hits"``,
-        ``"<label>/skipped"``, ``"<label>/timeout"``, ``"<label>/error"``, ``"<label>/nan"``, and
-        ``"worker_restarts"``."""
+        ``"<label>/skipped"``, and per failure kind ``"<label>/timeout"``, ``"<label>/error"``, ``"<label>/nan"``,
+        ``"<label>/inf"``, ``"<label>/range"``; and ``"worker_restarts"``."""
         out = dict(self._counters)
         out["worker_restarts"] = self._pool.restarts
         return out
@@ -197,7 +199,7 @@ class RewardFunction:
         def on_result(index: int, outcome: Outcome) -> None:
             nonlocal done
             spec_index = call_slots[index][0][1]
-            result = _judge(outcome)
+            result = _judge(outcome, getattr(self._fns[spec_index], "score_range", None))
             label = self.labels[spec_index]
             self._count(label, result)
             for slot in call_slots[index]:
@@ -273,8 +275,9 @@ def _cache_key(
         return None
 
 
-def _judge(outcome: Outcome) -> _Judged:
-    """Turn a worker outcome into a score, extras and failure reason."""
+def _judge(outcome: Outcome, score_range: tuple[float | None, float | None] | None = None) -> _Judged:
+    """Turn a worker outcome into a score, extras and failure reason; ``score_range`` is the verifier's declared
+    ``(low, high)`` (inclusive, ``None`` = open on that side)."""
     if outcome.status is Status.TIMEOUT:
         return _Judged(None, {}, "timeout")
     if outcome.status is Status.ERROR:
@@ -291,6 +294,13 @@ def _judge(outcome: Outcome) -> _Judged:
     if not isinstance(value, numbers.Real):  # bool, int, float and numpy scalars are Real
         return _Judged(None, extras, f"error: returned {type(value).__name__}, expected float, None or dict")
     score = float(value)
-    if not math.isfinite(score):
+    if math.isnan(score):
         return _Judged(None, extras, "nan")
+    if math.isinf(score):  # reported as what it is: an overflowed log or 1/0 is not a NaN
+        return _Judged(None, extras, "inf")
+    if score_range is not None:
+        low, high = score_range
+        if (low is not None and score < low) or (high is not None and score > high):
+            shown = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+            return _Judged(None, extras, f"range: {score:g} outside {shown}")
     return _Judged(score, extras, None)

@@ -16,9 +16,11 @@ from pathlib import Path
 
 def _cmd_filter(args: argparse.Namespace) -> int:
     from rlvr.config import load_recipe
+    from rlvr.verifier_inputs import add_recipe_import_paths
 
     overrides = list(args.set) + ([f"model.name={args.model}"] if args.model else [])
     recipe = load_recipe(args.recipe, overrides)  # validated before torch is imported
+    add_recipe_import_paths(args.recipe)
     from rlvr.curriculum.offline import filter_prompts
 
     result = filter_prompts(recipe, Path(args.out), k=args.k, min_rate=args.min, max_rate=args.max,

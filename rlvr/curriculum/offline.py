@@ -31,6 +31,7 @@ import torch
 from rlvr.config import Recipe
 from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
+from rlvr.preflight import CheckOptions
 from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.verifier_inputs import sample_dict
@@ -194,7 +195,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
         raise FilterError(f"the kept file and the output are the same file: {out_path}")
     start = time.perf_counter()
     key = recipe.data.prompt_field
-    with recipe_inputs(recipe) as inputs:
+    with recipe_inputs(recipe, CheckOptions(training=False, command="filter")) as inputs:
         tokenizer, reward_fn, prompts = inputs.tokenizer, inputs.reward_fn, inputs.prompt_set.train
         measured = read_measured(out_path, k)
         known = {str(p.row[key]) for p in prompts}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,7 +47,7 @@ from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_m
                                      init_distributed, record_grad_norm_without_zero)
 from rlvr.trainer.groups import solve_counts, zero_variance_groups
 from rlvr.trainer.micro_batches import micro_batches_are_collective, plan_micro_batches
-from rlvr.trainer.progress import TrainProgress
+from rlvr.trainer.progress import TrainProgress, phase
 from rlvr.verifier_inputs import sample_dict
 
 STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "advantages", "update", "sync", "checkpoint")
@@ -122,7 +123,8 @@ class GRPOTrainer:
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
                                      max_new_tokens=r.rollout.max_new_tokens)
         self.sampler = self.curriculum.sampler
-        self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
+        with phase(f"loading the policy from {model_path} onto {self.dist.device}", self.dist.is_main):
+            self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.precision = choose_precision(r.trainer.precision, self.dist.device)
         if self.dist.is_main:
@@ -132,8 +134,12 @@ class GRPOTrainer:
         if r.algorithm.kl.beta > 0:
             self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
-        self.engine = self._init_deepspeed()
-        self.rollout_engine = rollout_engine or self._build_rollout_engine()
+        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))", self.dist.is_main):
+            self.engine = self._init_deepspeed()
+        with phase(f"rollout engine ({r.rollout.engine})",
+                   self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
+            self.rollout_engine = rollout_engine or self._build_rollout_engine()
+        self.failure_reasons: dict[str, str | None] = {}
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
@@ -652,23 +658,28 @@ class GRPOTrainer:
         if batch.prompts:
             zero_var = float(zero_variance_groups(rewards.view(-1, batch.group_size),
                                                   valid.bool().view(-1, batch.group_size)).sum())
-        fails = float(sum(1 for res in batch.reward_results if res.failures))
+        # failed calls per verifier (and one reason each, from this rank, for the step line's warning)
+        fails = [float(sum(lbl in res.failures for res in batch.reward_results)) for lbl in self.labels]
+        self.failure_reasons = {lbl: next((res.failures[lbl] for res in batch.reward_results if lbl in res.failures),
+                                          None) for lbl in self.labels}
         stats = torch.cat([torch.tensor([
             float(len(lengths)), float(rewards.sum()), float((rewards.double() ** 2).sum()), float(solved.sum()),
             float(lengths.sum()), float((lengths * solved).sum()), float(truncated.sum()), zero_var,
-            float(len(batch.prompts)), fails, float(valid.sum())], dtype=torch.float64),
-            torch.where(judged, vals, 0.0).sum(0), judged.double().sum(0)])
+            float(len(batch.prompts)), float(valid.sum())], dtype=torch.float64),
+            torch.where(judged, vals, 0.0).sum(0), judged.double().sum(0), torch.tensor(fails, dtype=torch.float64)])
         s = all_reduce_sum(stats).tolist()
-        n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nfail, nvalid = s[:11]
+        n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nvalid = s[:10]
         k = len(self.labels)
-        vsum, vcount = s[11:11 + k], s[11 + k:11 + 2 * k]
+        vsum, vcount, vfail = s[10:10 + k], s[10 + k:10 + 2 * k], s[10 + 2 * k:10 + 3 * k]
+        samples = n
         n, nvalid = max(n, 1.0), max(nvalid, 1.0)
         out = {
             "reward/mean": rsum / nvalid,
             "reward/std": math.sqrt(max(rsq / nvalid - (rsum / nvalid) ** 2, 0.0)),
             "reward/solve_rate": nsolved / nvalid,
             "reward/zero_var_groups": zvar / max(ngroups, 1.0),
-            "reward/verifier_failures": nfail,
+            "reward/samples": samples,
+            "reward/verifier_failures": float(sum(vfail)),
             "rollout/response_length": lsum / n,
             "rollout/response_length_correct": lsolved / nsolved if nsolved else float("nan"),
             "rollout/response_length_incorrect": (lsum - lsolved) / (n - nsolved) if n > nsolved else float("nan"),
@@ -677,8 +688,9 @@ class GRPOTrainer:
             "rollout/tokens_per_s": lsum / max(timer.seconds.get("rollout", 0.0), 1e-9),
             "rollout/tokens_generated_total": float(self.tokens_generated),
         }
-        for lbl, vs, vc in zip(self.labels, vsum, vcount, strict=True):
+        for lbl, vs, vc, vf in zip(self.labels, vsum, vcount, vfail, strict=True):
             out[f"reward/{lbl}"] = vs / vc if vc else float("nan")
+            out[f"reward/verifier_failures/{lbl}"] = vf
         return out
 
     def _write_samples(self, step: int, batch: RolloutBatch) -> None:
@@ -731,12 +743,18 @@ class GRPOTrainer:
         r = self.recipe
         start_time = time.perf_counter()
         if r.eval.enabled and self.eval_before is None:
-            result = self.evaluate()
+            k = 1 if r.eval.temperature == 0 else r.eval.k
+            with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k}", self.dist.is_main):
+                result = self.evaluate()
             self.eval_before = result.as_dict() if result else None
             if self.eval_before:
                 self.logger.log(0, {f"eval/{k}": v for k, v in self.eval_before.items()})
         progress = TrainProgress(total=r.trainer.steps, done=self.step_done, enabled=self.dist.is_main,
                                  token_budget=r.trainer.max_tokens_generated)
+        if self.dist.is_main and not self._finished():
+            print(f"training: {r.trainer.steps - self.step_done} step(s) of {r.rollout.prompts_per_step} prompts x "
+                  f"{r.rollout.group_size} samples; the first step line comes after step {self.step_done + 1}'s "
+                  f"rollout, verify and update", file=sys.stderr, flush=True)
         with progress:
             while not self._finished():
                 metrics = self.step()
@@ -746,7 +764,7 @@ class GRPOTrainer:
                     if res:
                         metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
                 self.logger.log(step, metrics)
-                progress.update(step, metrics)
+                progress.update(step, metrics, self.failure_reasons)
                 if r.trainer.save_every and step % r.trainer.save_every == 0 and not last:
                     self.save()
         if self.step_done < r.trainer.steps and self.dist.is_main:
@@ -754,7 +772,9 @@ class GRPOTrainer:
                   f"{r.trainer.max_tokens_generated:,} tokens generated): stopping after step {self.step_done}")
         eval_after = None
         if r.eval.enabled:
-            res = self.evaluate()
+            with phase(f"eval after training: {len(self.prompt_set.eval)} prompts x "
+                       f"{1 if r.eval.temperature == 0 else r.eval.k}", self.dist.is_main):
+                res = self.evaluate()
             eval_after = res.as_dict() if res else None
             if eval_after:
                 self.logger.log(self.step_done, {f"eval/{k}": v for k, v in eval_after.items()})

@@ -1,15 +1,58 @@
-"""The training progress bar (rich): step, reward, solve rate, seconds per step and ETA.
+"""The training progress bar (rich): step, reward, solve rate, verifier failures, seconds per step and ETA; and one
+line per slow phase before the first step (model load, DeepSpeed set-up, the eval before training), so a user sees it
+is working.
 
-When stdout is not a terminal (CI, ``nohup``), a plain line per step is printed instead of a live bar.
+When stderr is not a terminal (CI, ``nohup``), a plain line per step is printed instead of a live bar, and a phase is a
+line when it starts and one when it ends.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+FAILURES = "reward/verifier_failures/"
+"""Metric prefix of the failed verifier calls of a step, per verifier label."""
+
+
+@contextmanager
+def phase(text: str, enabled: bool = True) -> Iterator[None]:
+    """Say that a slow phase runs: ``text`` when it starts (a spinner with the elapsed time on a terminal), and
+    ``text: done in S s`` when it ends. Disabled on ranks other than 0."""
+    if not enabled:
+        yield
+        return
+    console = Console(stderr=True)
+    start = time.perf_counter()
+    if console.is_terminal:
+        with Progress(SpinnerColumn(), TextColumn(text), TimeElapsedColumn(), console=console, transient=True) as bar:
+            bar.add_task(text, total=None)
+            yield
+    else:
+        print(f"{text} ...", file=sys.stderr, flush=True)
+        yield
+    print(f"{text}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+
+def failure_warnings(step: int, metrics: dict[str, Any], reasons: dict[str, str | None] | None = None) -> list[str]:
+    """A warning per verifier that failed on every sample of the step (its reward carries nothing then), with one of
+    its reasons when known."""
+    n = metrics.get("reward/samples", 0.0)
+    out = []
+    for key, value in metrics.items():
+        if key.startswith(FAILURES) and n and value >= n:
+            label = key[len(FAILURES):]
+            why = (reasons or {}).get(label)
+            out.append(f"WARNING: verifier {label!r} failed on all {int(n)} samples of step {step}"
+                       f"{f' (e.g. {why[:200]})' if why else ''}; the reasons are in samples/step-{step}.jsonl")
+    return out
 
 
 class TrainProgress:
@@ -45,9 +88,14 @@ class TrainProgress:
             parts.insert(2, f"kl={metrics['train/kl']:.4f}")
         if "eval/pass_at_1" in metrics:
             parts.append(f"eval_pass@1={metrics['eval/pass_at_1']:.3f}")
+        failed = {k[len(FAILURES):]: v for k, v in metrics.items() if k.startswith(FAILURES) and v}
+        if failed:
+            n = metrics.get("reward/samples", float("nan"))
+            parts.append("failed: " + ",".join(f"{label}={v:.0f}/{n:.0f}" for label, v in failed.items()))
         return " ".join(parts)
 
-    def update(self, step: int, metrics: dict[str, Any]) -> None:
+    def update(self, step: int, metrics: dict[str, Any], failure_reasons: dict[str, str | None] | None = None) -> None:
+        """Advance the bar (or print the step line), then warn about verifiers that failed on every sample."""
         if not self.enabled:
             return
         stats = self.format_stats(metrics)
@@ -56,3 +104,8 @@ class TrainProgress:
         self._progress.update(self._task, completed=step, stats=stats)
         if not self.live:
             print(f"step {step}/{self.total} {stats}", file=sys.stderr, flush=True)
+        for line in failure_warnings(step, metrics, failure_reasons):
+            if self.live:
+                self.console.print(line, style="bold yellow", markup=False, highlight=False)
+            else:
+                print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,155 @@
+"""``rlvr check``: every pre-flight check of a recipe, in seconds, without loading the model's weights.
+
+    rlvr check recipes/demo.yaml [--show-prompt] [--resolved] [--set KEY=VALUE ...]
+    rlvr check recipes/r1_zero_qwen2.5_math_7b.yaml --ranks 8 --gpu-memory H100-80GB
+
+Prints one line per finding (``ok``, ``info``, ``skip``, ``warn``, ``error``) and a verdict; exits 1 when any check
+failed. It goes on past a missing piece (a dataset or model the offline hub cannot give is a ``skip``, not a stop), so
+one run lists every problem. The same checks run at the start of ``rlvr train``, ``rlvr eval`` and ``rlvr filter``:
+there an error stops the command before the model is loaded, and a warning is printed.
+Checks: verifiers resolve (a registered name, or ``module:function`` importable with the recipe's folder and the
+working directory on the import path) and their kwargs match their signatures; the data file exists and parses; the
+model exists; the prompt template (and tags it prefills that a format verifier wants in the completion); EOS and stop
+ids; every answer verifier scores the dataset's own gold answers as correct; batch arithmetic; memory per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+_USER_ERRORS_NOTE = "a recipe that does not load stops here: nothing else can be checked"
+
+
+def _hub_offline(name: str) -> bool:
+    looks_like_path = name.startswith((".", "/", "~")) or Path(name).expanduser().exists() or name.count("/") > 1
+    return os.environ.get("HF_HUB_OFFLINE") == "1" and not looks_like_path
+
+
+def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[Any, Any, str | None]:
+    """(report, recipe or None, the first training prompt or None) for the recipe at ``path``."""
+    from rlvr.config import RecipeError, load_recipe
+    from rlvr.preflight import Report, run_checks
+
+    report = Report()
+    try:
+        recipe = load_recipe(path, overrides)
+    except RecipeError as exc:
+        report.add("error", "schema", f"{exc}\n({_USER_ERRORS_NOTE})")
+        return report, None, None
+    report.add("ok", "schema", "the recipe validates (presets expanded)")
+
+    from rlvr.data.prompts import build_prompt_set
+    from rlvr.data.sources import DataError, load_rows
+    from rlvr.models import ModelLoadError, load_tokenizer, resolve_model_path
+    from rlvr.verifier_inputs import VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs, verifier_specs
+    from verifiers.registry import UnknownVerifierError, get_verifier
+    from verifiers.reward import RewardFunction
+
+    add_recipe_import_paths(path)
+    specs = verifier_specs(recipe)
+    verifiers_ok = True
+    for spec in specs:
+        try:
+            fn = get_verifier(spec.name)
+            check_verifier_kwargs(spec.name, fn, spec.kwargs)
+            module = sys.modules.get(getattr(fn, "__module__", ""), None)
+            where = f" (from {getattr(module, '__file__', '?')})" if ":" in spec.name else ""
+            report.add("ok", "verifiers", f"{spec.name} resolves{where}; kwargs {spec.kwargs or '{}'} fit its "
+                                          f"signature")
+        except (UnknownVerifierError, VerifierKwargsError) as exc:
+            verifiers_ok = False
+            report.add("error", "verifiers", str(exc))
+
+    rows = None
+    src = recipe.data.source
+    try:
+        rows = load_rows(recipe.data)
+        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}"
+                                 f"{''.join(f' ({k}: present)' for k in [recipe.data.prompt_field] if k)}")
+    except DataError as exc:
+        if src.type == "hf" and _hub_offline(src.name):
+            report.add("skip", "data", f"hub dataset {src.name!r} not loadable with HF_HUB_OFFLINE=1: the prompt, "
+                                       f"EOS and gold checks need it")
+        else:
+            report.add("error", "data", str(exc))
+
+    model_path = tokenizer = None
+    try:
+        model_path = resolve_model_path(recipe.model.name)
+        tokenizer = load_tokenizer(model_path, recipe.model)
+        report.add("ok", "model", f"{recipe.model.name} -> {model_path}")
+    except (ModelLoadError, OSError, ValueError) as exc:
+        model_path = None
+        if _hub_offline(recipe.model.name):
+            report.add("skip", "model", f"hub model {recipe.model.name!r} not reachable with HF_HUB_OFFLINE=1: the "
+                                        f"EOS and prompt checks need its tokenizer")
+        else:
+            report.add("error", "model", str(exc))
+
+    prompt_set = None
+    if rows is not None and tokenizer is not None:
+        try:
+            prompt_set = build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed)
+            report.add("ok", "data", f"split: {len(prompt_set.train)} training prompts, {len(prompt_set.eval)} held "
+                                     f"out, {len(prompt_set.shots)} few-shot")
+        except DataError as exc:
+            report.add("error", "data", str(exc))
+    reward_fn = None
+    if prompt_set is not None and verifiers_ok:
+        reward_fn = RewardFunction(specs, num_workers=min(recipe.reward.num_workers, 2),
+                                   failure_score=recipe.reward.failure_score)
+    try:
+        run_checks(recipe, specs, options, rows=rows, tokenizer=tokenizer, prompt_set=prompt_set, reward_fn=reward_fn,
+                   model_path=model_path, report=report)
+    finally:
+        if reward_fn is not None:
+            reward_fn.close()
+    first = prompt_set.train[0].text if prompt_set is not None and prompt_set.train else None
+    return report, recipe, first
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from rlvr.config import dump_recipe
+    from rlvr.preflight import CheckOptions
+    from rlvr.preflight.devices import parse_device_memory
+
+    device = parse_device_memory(args.gpu_memory) if args.gpu_memory else None
+    failed = False
+    for path in args.recipes:
+        options = CheckOptions(ranks=args.ranks, device=device, gold_rows=args.gold_rows)
+        report, recipe, prompt = check_recipe_file(path, args.set, options)
+        print(f"== {path}")
+        print(report.render())
+        if args.show_prompt:
+            print("-- one training prompt, as the policy sees it:" if prompt is not None else
+                  "-- no prompt to show (the data or the tokenizer did not load)")
+            if prompt is not None:
+                print(prompt)
+        if args.resolved and recipe is not None:
+            print("-- the resolved recipe (presets expanded, every default filled in):")
+            print(dump_recipe(recipe), end="")
+        print(f"{path}: {report.summary()}")
+        failed = failed or bool(report.errors)
+    return 1 if failed else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``rlvr check`` on the CLI's sub-command parser."""
+    p = sub.add_parser("check", help="pre-flight checks of a recipe: data, model, verifiers, template, EOS, gold "
+                                     "answers, batch arithmetic, memory",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("recipes", nargs="+")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    p.add_argument("--show-prompt", action="store_true", help="print one training prompt rendered by the template")
+    p.add_argument("--resolved", action="store_true", help="print the recipe with presets expanded")
+    p.add_argument("--ranks", type=int, default=None,
+                   help="data-parallel ranks (GPUs) the run will use (default: $WORLD_SIZE or 1)")
+    p.add_argument("--gpu-memory", default=None, metavar="NAME|SIZE",
+                   help="memory of one GPU for the estimate: a name (H100-80GB, A100-40GB, H200-141GB, ...) or a size "
+                        "(80GB, 79.2GiB); default: the visible GPU, else this host's RAM")
+    p.add_argument("--gold-rows", type=int, default=16, help="training rows whose gold answer is verified (16)")
+    p.set_defaults(func=_cmd_check)

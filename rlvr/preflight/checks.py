@@ -1,0 +1,100 @@
+"""Run every pre-flight check on a recipe whose inputs are open (or partly open: ``rlvr check`` goes on past a missing
+piece and says what it skipped)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from rlvr.config import Recipe
+from rlvr.data.prompts import PromptSet
+from rlvr.preflight.batch import check_batch
+from rlvr.preflight.devices import DeviceMemory, local_device_memory
+from rlvr.preflight.gold import check_gold
+from rlvr.preflight.memory import EXTRA_MODELS, estimate_memory, judge_memory
+from rlvr.preflight.model_shape import model_shape
+from rlvr.preflight.report import Report
+from rlvr.preflight.template_checks import check_eos, check_prefill
+from verifiers.reward import RewardFunction, VerifierSpec
+
+
+@dataclass
+class CheckOptions:
+    """How to check. ``ranks``: data-parallel ranks (default ``WORLD_SIZE`` or 1); ``device``: the memory one rank
+    has (default the visible GPU, else the host's RAM); ``training``: include the batch and memory checks (off for
+    ``rlvr eval``/``rlvr filter``); ``gold_rows``: training rows whose gold is verified; ``command``: named in the
+    printed verdict."""
+
+    ranks: int | None = None
+    device: DeviceMemory | None = None
+    training: bool = True
+    gold_rows: int = 16
+    command: str = "train"
+
+    def world(self) -> int:
+        return self.ranks or int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions, *, rows: list[dict] | None = None,
+               tokenizer: Any = None, prompt_set: PromptSet | None = None, reward_fn: RewardFunction | None = None,
+               model_path: str | None = None, report: Report | None = None) -> Report:
+    """Template and prefill, EOS, gold answers, batch arithmetic and memory, each on what it needs; a check whose
+    input is ``None`` is left out (the caller says why with a ``skip``). Never raises for a recipe problem: every
+    problem is a finding."""
+    report = report or Report()
+    first = prompt_set.train[0] if prompt_set is not None and prompt_set.train else None
+    if first is not None:
+        check_prefill(report, recipe, first, specs)
+    if tokenizer is not None and model_path is not None:
+        _guarded(report, "eos", check_eos, report, recipe, tokenizer, model_path)
+    if prompt_set is not None and reward_fn is not None and rows is not None:
+        numbers = {id(row): i for i, row in enumerate(rows)}
+        _guarded(report, "gold", check_gold, report, recipe, prompt_set.train, specs, reward_fn, numbers,
+                 options.gold_rows)
+    if options.training:
+        check_batch(report, recipe, options.world())
+        _check_memory(report, recipe, options, model_path, prompt_set)
+    return report
+
+
+def _guarded(report: Report, name: str, fn: Any, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a check that cannot run is reported, never a crash of the command
+        report.add("warn", name, f"could not run this check: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+
+
+def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_path: str | None,
+                  prompt_set: PromptSet | None) -> None:
+    try:
+        shapes = {"policy": model_shape(model_path or recipe.model.name,
+                                        trust_remote_code=recipe.model.trust_remote_code)}
+        for role, name_of, _ in EXTRA_MODELS:
+            name = name_of(recipe)
+            if name is not None:
+                shapes[role] = shapes["policy"] if name == recipe.model.name else model_shape(name)
+    except ValueError as exc:
+        report.add("skip", "memory", str(exc))
+        return
+    longest = max((len(p.token_ids) for p in prompt_set.train), default=None) if prompt_set else None
+    device = options.device or local_device_memory()
+    est = estimate_memory(recipe, shapes, device, ranks=options.world(), max_prompt_tokens=longest)
+    level, message = judge_memory(est, recipe)
+    policy = shapes["policy"]
+    count = f"{policy.params / 1e9:.3g}B" if policy.params >= 1e8 else f"{policy.params / 1e6:.3g}M"
+    head = f"per rank, {options.world()} rank(s), ZeRO-{recipe.trainer.zero_stage}; policy {count} parameters " \
+           f"({policy.source})"
+    report.add(level, "memory", f"{message}\n{head}" if level == "error" else f"{head}\n{message}")
+
+
+def print_run_findings(report: Report, command: str) -> None:
+    """What ``rlvr train/eval/filter`` print (rank 0 only): warnings and errors, then one verdict line."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    shown = report.render(levels=("warn",))
+    if shown:
+        print(shown, file=sys.stderr)
+    print(f"pre-flight checks ({command}): {report.summary()}; `rlvr check RECIPE` shows them all", file=sys.stderr,
+          flush=True)

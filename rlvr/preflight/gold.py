@@ -1,0 +1,90 @@
+"""Every answer verifier must score the dataset's own gold answer, written as the template asks for it (``\\boxed{gold}``
+for ``boxed``; ``<think>..</think><answer>\\boxed{gold}</answer>`` for ``r1``), as correct. A gold that does not verify
+against itself is a row the run cannot learn from, or a verifier wired to the wrong field; an unparseable gold that
+scores 1.0 or 0.0 is a known bug class (open-r1 #86, #215, #293)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.config import Recipe
+from rlvr.data.prompts import Prompt
+from rlvr.preflight.report import Report
+from verifiers.format_tags import prompt_prefills_think
+from verifiers.math_extract import extract_answer
+from verifiers.registry import get_verifier
+from verifiers.reward import RewardFunction, VerifierSpec
+
+NOT_ANSWER_CHECKS = {"overlong": "shapes length, has no gold", "length_penalty": "shapes length, has no gold",
+                     "countdown": "the rows hold no gold equation", "code": "would run the sandbox"}
+"""Built-in verifiers the gold check leaves out, and why."""
+BUILT_IN_ANSWER_CHECKS = {"math"}
+"""Verifiers whose failure on every sampled gold is an error: the correctness reward would be constant, so no step
+could learn. A format reward failing every gold is a warning (the run still learns from the answer reward), and so is
+a custom verifier's (its answer format is its own)."""
+
+
+def gold_completion(gold: Any, recipe: Recipe, prompt_text: str) -> str:
+    """The completion a perfect policy would write for ``gold`` under the recipe's template."""
+    answer = extract_answer(str(gold)) or str(gold).strip()  # a whole reference solution: its final answer
+    boxed = f"\\boxed{{{answer}}}"
+    if recipe.data.template == "r1":
+        opening = "" if prompt_prefills_think(prompt_text) else "<think>"
+        return f"{opening} The reference answer. </think> <answer> {boxed} </answer>"
+    return f"The answer is {boxed}."
+
+
+def _best_score(fn: Any) -> float:
+    high = (getattr(fn, "score_range", None) or (None, None))[1]
+    return 1.0 if high is None else float(high)
+
+
+def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: list[VerifierSpec],
+               reward_fn: RewardFunction, row_number: dict[int, int], sample_rows: int = 16) -> None:
+    """Score the gold of the first ``sample_rows`` training prompts with every answer verifier in ``reward_fn``.
+
+    Adds ``error`` when a verifier of :data:`BUILT_IN_ANSWER_CHECKS` fails every sampled gold, ``warn`` when some
+    fail or another verifier fails any (up to three examples, each with its dataset row number, the gold
+    and the verifier's reason), ``ok`` otherwise, ``skip`` for verifiers with no gold to check.
+
+    Args:
+        row_number: ``id(row) -> its 0-based index in the dataset`` (rows are shuffled by the split).
+    """
+    field = recipe.data.answer_field
+    checked = [(i, s) for i, s in enumerate(specs) if s.name not in NOT_ANSWER_CHECKS]
+    for s in specs:
+        if s.name in NOT_ANSWER_CHECKS:
+            report.add("skip", "gold", f"{s.name}: not checked ({NOT_ANSWER_CHECKS[s.name]})")
+    if not checked:
+        return
+    if field is None:
+        report.add("skip", "gold", "data.answer_field is null: no gold to check "
+                                   f"({', '.join(s.name for _, s in checked)})")
+        return
+    sample = prompts[:sample_rows]
+    completions = [gold_completion(p.row[field], recipe, p.text) for p in sample]
+    samples = [{**p.row, "prompt": p.text, "completion_tokens": 16, "max_new_tokens": recipe.rollout.max_new_tokens,
+                "finish_reason": "stop"} for p in sample]
+    results = reward_fn.score(completions, samples)
+    labels = reward_fn.labels
+    for index, spec in checked:
+        label = labels[index]
+        best = _best_score(get_verifier(spec.name))
+        bad = []
+        for p, res in zip(sample, results, strict=True):
+            score = res.scores.get(label)
+            if score is None or score < best - 1e-9:
+                why = res.failures.get(label) or res.extras.get(f"{label}/reason") or (
+                    "skipped (None)" if score is None else f"score {score:g}")
+                bad.append(f"row {row_number.get(id(p.row), p.index)}: gold {str(p.row[field])[:60]!r} -> "
+                           f"{'None' if score is None else f'{score:g}'} ({str(why)[:120]})")
+        if not bad:
+            report.add("ok", "gold", f"{label}: the gold of all {len(sample)} sampled rows scores {best:g}")
+            continue
+        every = len(bad) == len(sample)
+        level = "error" if every and spec.name in BUILT_IN_ANSWER_CHECKS else "warn"
+        head = (f"{label}: the gold answer scores below {best:g} on {'every one' if every else len(bad)} of "
+                f"{len(sample)} sampled rows" + (" (the reward would be constant: check data.answer_field, the "
+                                                  "verifier's kwargs and the template)" if every else ""))
+        report.add(level, "gold", "\n".join([head, *bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3
+                                                                 else [])))

@@ -1,0 +1,268 @@
+"""Memory per rank of a recipe, before anything is loaded: what each model, optimizer state, activation and the rollout
+engine's cache take, compared with the device's memory.
+
+The model (bytes per rank; N parameters, R ranks, ZeRO stage Z; rlvr keeps fp32 master weights and trains under
+autocast, so DeepSpeed holds fp32 weights and gradients):
+
+- each trainable model (the policy; a critic): weights 4N (/R under Z = 3), gradients 4N (/R under Z >= 2), Adam's two
+  moments 8N (/R under Z >= 1; on the host with ``trainer.offload_optimizer``), and under Z = 3 two gathered blocks
+  (the current layer and the prefetched one) in fp32. ZeRO: Rajbhandari et al., 1910.02054, section 5.
+- each frozen model (the KL reference; a reward model): fp32 weights 4N, not sharded (the trainer loads it whole).
+- activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
+  planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
+  per block of a Llama-style layer (norm inputs in fp32; q, k, v, attention output, gate, up, act(gate) x up in the
+  compute dtype; SDPA/flash attention keeps no L x L scores), or with ``model.gradient_checkpointing`` one fp32 hidden
+  state per layer plus one block recomputed; plus the output layer's logits over the response, (rows, T, V) in the
+  compute dtype, and their gradient (:mod:`rlvr.logprobs` chunks the fp32 log-softmax, not the logits).
+- generation: vLLM takes ``rollout.vllm_gpu_memory_utilization`` of the GPU for its bf16 weights and KV cache (freed
+  during training with ``rollout.vllm_sleep_mode``); the ``hf`` engine holds the KV cache of
+  ``rollout.generation_batch_size`` sequences.
+- under bf16 autocast, the bf16 casts of the weights that autocast caches while its region lasts (2N; /R under Z = 3),
+  in the forward and backward, and in the ``hf`` engine's generation.
+- a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
+
+Peak = resident (models and optimizer states) + the larger of the training and the generation phase. It is an estimate
+(about +-15% against measured peaks is what such counts usually reach); it errs when the peak exceeds the device and
+warns above 90%.
+
+Adding a model (a critic, a reward model) is one line in :data:`EXTRA_MODELS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.config import Recipe
+from rlvr.preflight.devices import GIB, DeviceMemory
+from rlvr.preflight.model_shape import ModelShape
+
+CUDA_OVERHEAD_BYTES = int(1.5 * GIB)
+ASSUMED_PROMPT_TOKENS = 512
+"""Prompt length assumed when the data is not loaded (``rlvr check`` without the dataset)."""
+
+
+def _key(recipe: Any, dotted: str) -> Any:
+    """``recipe.a.b`` or ``None`` when any part is missing (keys other branches are still adding)."""
+    obj = recipe
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+EXTRA_MODELS: tuple[tuple[str, Callable[[Recipe], str | None], bool], ...] = (
+    # (role, the model the recipe names for it or None when it has none, trained?)
+    ("reference", lambda r: r.model.name if r.algorithm.kl.beta > 0 else None, False),
+    ("reward model", lambda r: _key(r, "reward_model.model.name") or _key(r, "reward_model.path"), False),
+    ("critic", lambda r: _key(r, "critic.model.name") or _key(r, "algorithm.critic.model"), True),
+)
+"""Models held beside the policy. The reward-model and critic keys are read defensively: a recipe without them (today's
+schema) holds none."""
+
+
+def compute_bytes(recipe: Recipe, device_kind: str) -> int:
+    """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32 (``trainer.bf16`` today;
+    ``trainer.precision`` once it exists, where ``auto`` is bf16 on a GPU)."""
+    precision = _key(recipe, "trainer.precision")
+    if precision is not None:
+        return 4 if precision == "fp32" or (precision == "auto" and device_kind == "cpu") else 2
+    return 2 if getattr(recipe.trainer, "bf16", True) else 4
+
+
+@dataclass(frozen=True)
+class Part:
+    """One line of the estimate: ``phase`` is ``resident``, ``train`` or ``generate``; ``knob`` is what shrinks it."""
+
+    name: str
+    bytes: float
+    phase: str
+    knob: str
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per rank by part, and the peak against the device."""
+
+    parts: list[Part]
+    device: DeviceMemory
+    host_bytes: float = 0.0
+    """Optimizer states offloaded to the host, per rank."""
+    notes: list[str] = field(default_factory=list)
+    kv_cache_tokens: int | None = None
+    """Tokens vLLM's cache holds after its weights (None: not vLLM on a GPU)."""
+
+    def phase_bytes(self, phase: str) -> float:
+        return sum(p.bytes for p in self.parts if p.phase == phase)
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.phase_bytes("resident") + max(self.phase_bytes("train"), self.phase_bytes("generate"))
+
+    @property
+    def peak_phase(self) -> str:
+        return "training" if self.phase_bytes("train") >= self.phase_bytes("generate") else "generation"
+
+    @property
+    def fraction(self) -> float:
+        return self.peak_bytes / self.device.bytes if self.device.bytes else float("nan")
+
+    def biggest(self) -> Part:
+        """The largest part in play at the peak: the first thing to shrink."""
+        phase = "train" if self.peak_phase == "training" else "generate"
+        return max((p for p in self.parts if p.phase in ("resident", phase)), key=lambda p: p.bytes)
+
+    def table(self) -> str:
+        lines = [f"{p.name:<66} {p.bytes / GIB:8.2f} GiB  ({p.phase})" for p in self.parts if p.bytes > 0]
+        lines.append(f"{'peak (' + self.peak_phase + ')':<66} {self.peak_bytes / GIB:8.2f} GiB  of "
+                     f"{self.device.gib:.1f} GiB ({self.device.name}): {100 * self.fraction:.0f}%")
+        if self.host_bytes:
+            lines.append(f"{'host RAM for offloaded optimizer states':<66} {self.host_bytes / GIB:8.2f} GiB")
+        return "\n".join(lines + self.notes)
+
+
+def activation_rows(recipe: Recipe, seq_tokens: int) -> int:
+    """Rows of the largest micro-batch at ``seq_tokens`` per row (as :func:`rlvr.trainer.micro_batches.
+    plan_micro_batches` packs them: at most ``micro_batch_size`` rows and ``micro_batch_tokens`` padded tokens)."""
+    o = recipe.optim
+    rows = o.micro_batch_size
+    if o.micro_batch_tokens is not None:
+        rows = min(rows, max(1, o.micro_batch_tokens // seq_tokens))
+    per_rank = recipe.rollout.prompts_per_step * recipe.rollout.group_size
+    return max(1, min(rows, per_rank))
+
+
+def block_activation_bytes_per_token(shape: ModelShape, act_bytes: int) -> int:
+    """What autograd keeps for one token of one block (see the module docstring)."""
+    d, kv, i = shape.hidden, shape.kv_heads * shape.head_dim, shape.intermediate
+    q = shape.heads * shape.head_dim
+    fp32_norm_inputs = 2 * d * 4
+    compute = (2 * d + q + 2 * kv + q + 4 * i) * act_bytes  # two norm outputs, q k v, attn out, gate up act prod
+    return fp32_norm_inputs + compute
+
+
+def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: DeviceMemory, *, ranks: int,
+                    max_prompt_tokens: int | None) -> MemoryEstimate:
+    """Bytes per rank of ``recipe`` on ``device`` with ``ranks`` data-parallel ranks.
+
+    Args:
+        shapes: ``policy`` and each role of :data:`EXTRA_MODELS` the recipe holds, by role (a role whose model is the
+            policy's, like the reference, may be left out).
+        max_prompt_tokens: the longest training prompt; ``None``: :data:`ASSUMED_PROMPT_TOKENS` (noted).
+    Raises:
+        KeyError: a role the recipe holds without its shape in ``shapes``.
+    """
+    r, z, gpu = recipe, recipe.trainer.zero_stage, device.kind == "gpu"
+    act = compute_bytes(recipe, device.kind)
+    parts: list[Part] = []
+    notes: list[str] = []
+    host = 0.0
+    held = [("policy", r.model.name, True)] + [(role, name_of(r), trained) for role, name_of, trained in EXTRA_MODELS]
+    for role, name, trained in held:
+        if name is None:
+            continue
+        shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
+        n = shape.params
+        if not trained:
+            parts.append(Part(f"{role} weights (fp32, whole)", 4 * n, "resident",
+                              "algorithm.kl.beta: 0 (no reference model)" if role == "reference" else
+                              f"a smaller {role}"))
+            continue
+        parts.append(Part(f"{role} weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
+                          4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))
+        parts.append(Part(f"{role} gradients (fp32{', ZeRO-%d / %d ranks' % (z, ranks) if z >= 2 else ''})",
+                          4 * n / (ranks if z >= 2 else 1), "resident", "trainer.zero_stage: 2 or 3"))
+        adam = 8 * n / (ranks if z >= 1 else 1)
+        if r.trainer.offload_optimizer:
+            host += adam + (4 * n / (ranks if z >= 1 else 1))  # DeepSpeed's CPU Adam keeps an fp32 master copy too
+            parts.append(Part(f"{role} Adam moments (offloaded to the host)", 0.0, "resident", ""))
+        else:
+            parts.append(Part(f"{role} Adam moments (fp32 x 2{', ZeRO-%d / %d ranks' % (z, ranks) if z >= 1 else ''})",
+                              adam, "resident", "trainer.offload_optimizer: true, or trainer.zero_stage >= 1"))
+        if z == 3:
+            parts.append(Part(f"{role} ZeRO-3 gathered blocks (2, fp32)", 2 * 4 * shape.layer_params, "train",
+                              "trainer.deepspeed_config (stage3_prefetch_bucket_size)"))
+
+    policy = shapes["policy"]
+    # autocast caches a bf16 cast of every weight it multiplies with, until its region ends (forward, hf generate)
+    casts = 2 * policy.params / (ranks if z == 3 else 1) if act == 2 else 0.0
+    if casts:
+        parts.append(Part("bf16 weight casts cached by autocast", casts, "train",
+                          "trainer.bf16: false (fp32: no casts, but 2x activations)"))
+    prompt = max_prompt_tokens if max_prompt_tokens is not None else ASSUMED_PROMPT_TOKENS
+    if max_prompt_tokens is None:
+        notes.append(f"(prompts assumed {ASSUMED_PROMPT_TOKENS} tokens long: the data was not loaded)")
+    seq = prompt + r.rollout.max_new_tokens
+    if r.rollout.vllm_max_model_len is not None:
+        seq = min(seq, r.rollout.vllm_max_model_len)
+    response = min(r.rollout.max_new_tokens, seq)
+    rows = activation_rows(recipe, seq)
+    tokens = rows * seq
+    if r.model.gradient_checkpointing:
+        kept = policy.layers * tokens * policy.hidden * 4 + tokens * block_activation_bytes_per_token(policy, act)
+        how = "checkpointed: a hidden state per layer + one block"
+    else:
+        kept = policy.layers * tokens * block_activation_bytes_per_token(policy, act)
+        how = "every block"
+    parts.append(Part(f"activations ({rows} rows x {seq} tokens, {how})", kept, "train",
+                      "optim.micro_batch_tokens / optim.micro_batch_size, or model.gradient_checkpointing: true"))
+    parts.append(Part(f"logits + their gradient ({rows} x {response} x {policy.vocab} vocab)",
+                      2 * rows * response * policy.vocab * act, "train",
+                      "optim.micro_batch_tokens / optim.micro_batch_size"))
+
+    kv_tokens = None
+    engine = r.rollout.engine
+    if engine == "vllm":
+        share = r.rollout.vllm_gpu_memory_utilization * device.bytes if gpu else (
+            2 * policy.params + 2 * GIB)  # vLLM's CPU backend: bf16 weights + VLLM_CPU_KVCACHE_SPACE (rlvr sets 2)
+        phase = "generate" if (r.rollout.vllm_sleep_mode and gpu) else "resident"
+        parts.append(Part(f"vLLM ({r.rollout.vllm_gpu_memory_utilization:.2f} of the GPU: bf16 weights + KV cache"
+                          f"{', freed while training' if phase == 'generate' else ''})" if gpu else
+                          "vLLM CPU backend (bf16 weights + 2 GiB KV cache)", share, phase,
+                          "rollout.vllm_gpu_memory_utilization, or rollout.vllm_sleep_mode: true"))
+        if gpu:
+            kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
+    elif engine == "hf":
+        seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
+        parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens){' + bf16 casts' if casts else ''}",
+                          seqs * seq * policy.kv_bytes_per_token * act / 2 + casts, "generate",
+                          "rollout.generation_batch_size"))
+    if gpu:
+        parts.append(Part("CUDA context + allocator slack", CUDA_OVERHEAD_BYTES, "resident", ""))
+    return MemoryEstimate(parts=parts, device=device, host_bytes=host, notes=notes, kv_cache_tokens=kv_tokens)
+
+
+def judge_memory(est: MemoryEstimate, recipe: Recipe) -> tuple[str, str]:
+    """(level, message): ``error`` past the device's memory or when vLLM's share holds no whole sequence after its
+    weights (vLLM refuses to start), ``warn`` above 90% of the device, else ``info``; the message is what is wrong
+    (with the knob to turn), then the table."""
+    table = est.table()
+    problems: list[str] = []
+    if est.kv_cache_tokens is not None:
+        max_len = recipe.rollout.vllm_max_model_len or (ASSUMED_PROMPT_TOKENS + recipe.rollout.max_new_tokens)
+        seqs = est.kv_cache_tokens / max_len
+        table += f"\nvLLM KV cache: {est.kv_cache_tokens:,} tokens = {seqs:.1f} sequences of {max_len} at once"
+        if seqs < 1:
+            problems.append("vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence (vLLM "
+                            "refuses to start): raise rollout.vllm_gpu_memory_utilization or lower "
+                            "rollout.vllm_max_model_len")
+    if est.device.bytes and est.fraction > 1.0:
+        big = est.biggest()
+        problems.insert(0, f"{est.peak_bytes / GIB:.1f} GiB per rank at the peak of {est.peak_phase} does not fit in "
+                           f"{est.device.gib:.1f} GiB ({est.device.name}); the largest part is {big.name} "
+                           f"({big.bytes / GIB:.1f} GiB): turn {big.knob or 'it down'}")
+    if problems:
+        return "error", "\n".join(problems + [table])
+    if est.device.bytes and est.fraction > 0.9:
+        return "warn", f"above 90% of the device's memory: little room for fragmentation\n{table}"
+    return "info", table
+
+
+def tokens_per_step(recipe: Recipe) -> int:
+    """Response tokens one step generates at the cap (every sample at ``max_new_tokens``; with dynamic sampling,
+    every round)."""
+    ds = recipe.algorithm.dynamic_sampling
+    rounds = ds.max_rounds if ds.enabled else 1
+    return recipe.rollout.prompts_per_step * recipe.rollout.group_size * recipe.rollout.max_new_tokens * rounds
