@@ -24,7 +24,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from verifiers.math_compare import CompareConfig, answers_equal
-from verifiers.math_extract import extract_answer
+from verifiers.math_extract import extract_answer, has_unclosed_box
 from verifiers.math_normalize import normalize
 from verifiers.math_parse import Answer, AnswerParseError, Scalar, parse_answer
 from verifiers.registry import verifier
@@ -65,7 +65,8 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
     if not gold_text:
         return MathVerdict(None, None, pred_text, "empty gold")
     if pred_text is None:
-        return MathVerdict(False, gold_text, None, "no answer found")
+        reason = "unclosed \\boxed" if has_unclosed_box(pred) else "no answer found"
+        return MathVerdict(False, gold_text, None, reason)
     cfg = CompareConfig(min_sig_digits=min_sig_digits)
     try:
         gold_answer: Answer | None = parse_answer(gold_text)

@@ -5,8 +5,9 @@ Rules, each a known failure of looser checkers:
 * exact numbers compare exactly (``1/2004!`` is not ``1/2006!``; ``10^{100}+1`` is not ``10^{100}``);
   math-verify rounds both sides to 6 decimals, which merges them;
 * a decimal matches an exact value that is not equal to it only when it has at least ``min_sig_digits``
-  significant digits and is within one unit of its last digit relative to its size (``4.123105625617661``
-  is ``\\sqrt{17}``; ``3.14`` is not ``\\pi``; ``0.3333`` is not ``1/3``); two decimals must be equal;
+  significant digits and the exact value rounds to it at the precision it is written in
+  (``4.123105625617661`` is ``\\sqrt{17}``; ``0.333333`` is ``1/3`` but ``0.333334`` is not; ``3.14`` is not
+  ``\\pi``; ``0.3333`` is not ``1/3``); two decimals must be equal;
 * expressions with variables are equal when their difference expands to 0, or when they agree at several
   fixed sample points (catches trig identities ``\\tan^2 y + 1 = \\sec^2 y`` that ``simplify`` misses);
 * tuples keep order, sets and bare lists do not; a tuple never equals a set; a hedged answer (``3, 5`` for
@@ -21,6 +22,7 @@ Rules, each a known failure of looser checkers:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -228,18 +230,46 @@ def _is_rounding_of(approx: Answer, exact: Answer) -> bool:
     a, e = approx.value, exact.value
     if not (isinstance(a, sympy.Expr) and isinstance(e, sympy.Expr)) or a.free_symbols or e.free_symbols:
         return False
+    if approx.decimal_digits is None:
+        try:
+            return abs(float(a) - float(e)) <= 0.5
+        except (TypeError, ValueError):
+            return False
+    return rounds_to(a, approx.decimal_digits, e)
+
+
+def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
+    """True when ``exact`` rounded to ``sig_digits`` significant digits is ``approx``: the decimal is the
+    exact value at the precision it is written in (``0.333333`` for ``1/3``, not ``0.333334``; ``0.666667``
+    for ``2/3``). Exact arithmetic: ``|approx - exact| <= 0.5`` units of the decimal's last digit.
+
+    Args:
+        approx: the decimal's value (an exact rational for a plain decimal literal); nonzero.
+        sig_digits: significant digits it was written with (``0.3330`` has 4).
+        exact: the exact value it claims to approximate; a number, no free symbols.
+    """
+    if sig_digits < 1:
+        raise ValueError(f"sig_digits must be >= 1, got {sig_digits}")
     try:
-        av, ev = float(a), float(e)
+        size = abs(complex(approx.evalf(30)))
     except (TypeError, ValueError):
         return False
-    if approx.decimal_digits is None:
-        return abs(av - ev) <= 0.5
-    if av == 0:
+    if size == 0 or not _finite(size):
         return False
-    import math
-
-    unit = 10.0 ** (math.floor(math.log10(abs(av))) - approx.decimal_digits + 1)
-    return abs(av - ev) <= 0.5 * unit * (1 + 1e-9)
+    exponent = math.floor(math.log10(size))
+    if approx.is_Rational:  # exact decade, so 0.1 or 1000.0 on a power of ten cannot be off by one
+        magnitude = abs(sympy.Rational(approx))
+        while magnitude >= sympy.Integer(10) ** (exponent + 1):
+            exponent += 1
+        while magnitude < sympy.Integer(10) ** exponent:
+            exponent -= 1
+    half_unit = sympy.Rational(1, 2) * sympy.Integer(10) ** (exponent - sig_digits + 1)
+    try:
+        diff = abs(complex((approx - exact).evalf(sig_digits + 30)))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+    # compare at high precision: diff and half_unit are both far from float's 1e-308 floor here
+    return diff <= float(half_unit) * (1 + 1e-12)
 
 
 def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) -> bool:
@@ -427,20 +457,12 @@ def _numbers_equal(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int |
         return False
     if diff_abs <= scale * 10.0 ** (-min(cfg.exact_digits, 300)) or diff == 0:
         return True
-    return _decimal_close(g, p, g_dec, p_dec, cfg, a, b)
+    return _decimal_close(g, p, g_dec, p_dec, cfg)
 
 
-def _decimal_close(
-    g: sympy.Expr,
-    p: sympy.Expr,
-    g_dec: int | None,
-    p_dec: int | None,
-    cfg: CompareConfig,
-    a: complex | None = None,
-    b: complex | None = None,
-) -> bool:
-    """One side has decimals with enough significant digits, the other none: equal within one unit of the
-    decimal's last significant digit, relative to its size."""
+def _decimal_close(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int | None, cfg: CompareConfig) -> bool:
+    """One side has decimals with enough significant digits, the other none: equal when the exact value
+    rounds to the decimal at the precision it is written in (:func:`rounds_to`)."""
     if (g_dec is None) == (p_dec is None):
         return False  # both exact (already compared exactly) or both decimals (must be equal)
     digits = g_dec if g_dec is not None else p_dec
@@ -450,13 +472,8 @@ def _decimal_close(
     exact = p if g_dec is not None else g
     if exact.is_Rational and _terminating_digits(exact) is not None and _terminating_digits(exact) <= digits:
         return False  # 3.0000001 is not 3: an exact value this short could have been written exactly
-    try:
-        a = a if a is not None else complex(g.evalf(30))
-        b = b if b is not None else complex(p.evalf(30))
-    except (TypeError, ValueError):
-        return False
-    approx = a if g_dec is not None else b
-    return abs(a - b) <= abs(approx) * 10.0 ** (1 - digits)
+    approx = g if g_dec is not None else p
+    return rounds_to(approx, digits, exact)
 
 
 def _terminating_digits(value: sympy.Rational) -> int | None:

@@ -4,14 +4,18 @@ Order of evidence (the first that exists wins):
 
 1. The text after the last ``</think>`` (a reasoning block is never the answer), cut at the first
    chat-template token such as ``<|im_start|>`` (the model began a new turn).
-2. The last ``<answer>...</answer>`` block narrows the search to its content.
-3. The last *group* of ``\\boxed{}``/``\\fbox{}``: boxes joined only by separators (commas, "and",
+2. The final answer is the one given last: a closed ``\\boxed{}`` after the last ``</answer>`` wins
+   (``<answer>4</answer> so \\boxed{3}`` -> ``3``); otherwise the last ``<answer>...</answer>`` block
+   narrows the search to its content.
+3. A ``\\boxed{`` that never closes (a completion cut off at the length limit) is no answer at all: the
+   cut-off ``\\boxed{12`` may have been ``\\boxed{123}`` (see :func:`has_unclosed_box`).
+4. The last *group* of ``\\boxed{}``/``\\fbox{}``: boxes joined only by separators (commas, "and",
    ``\\quad``, ``\\text{ and }``, labels like ``y_2 =``) form one multi-part answer
    (``\\boxed{1}, \\boxed{2}``); boxes split by prose are self-corrections and only the last counts
    (``\\boxed{41} ... wait ... \\boxed{42}`` -> ``42``).
-4. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
-5. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``).
-6. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
+5. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
+6. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``).
+7. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
    its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
 
 :func:`extract_answer` is idempotent on what it returns, and runs in time linear in the response length
@@ -134,6 +138,8 @@ def extract_answer(completion: str) -> str | None:
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
     text = _final_region(completion)
+    if _has_unclosed_box(text):
+        return None  # a cut-off "\boxed{12" may have been "\boxed{123}": no answer, never a guess
     boxes = find_boxed_spans(text)
     anchor = _last_anchor(text)
     if boxes:
@@ -165,10 +171,35 @@ def _final_region(completion: str) -> str:
     if open_at >= 0:
         inner = text[open_at + len(_ANSWER_OPEN) :]
         close_at = inner.find(_ANSWER_CLOSE)
+        after = inner[close_at + len(_ANSWER_CLOSE) :] if close_at >= 0 else ""
         inner = inner[:close_at] if close_at >= 0 else inner
-        if inner.strip():
+        if _BOX_COMMAND.search(after):  # "<answer>4</answer> so \boxed{3}": the box is the final answer
+            text = after
+        elif inner.strip():
             text = inner
     return _HOPE.sub("", text)
+
+
+def has_unclosed_box(completion: str) -> bool:
+    """True when the part of ``completion`` searched for the answer (see :func:`extract_answer`) holds a
+    ``\\boxed{``/``\\fbox{`` whose brace never closes, e.g. a response cut off at the length limit
+    (``... so \\boxed{\\frac{1}{2}``). :func:`extract_answer` returns ``None`` for such a response."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+    return _has_unclosed_box(_final_region(completion))
+
+
+def _has_unclosed_box(text: str) -> bool:
+    if not _BOX_COMMAND.search(text):
+        return False
+    pairs = _brace_pairs(text)
+    for match in _BOX_COMMAND.finditer(text):
+        i = match.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{" and i not in pairs:
+            return True
+    return False
 
 
 def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:

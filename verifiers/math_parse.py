@@ -108,7 +108,8 @@ _RELATION_RE = re.compile(r"\\(?:approx|simeq|equiv|leqslant|geqslant|leq|geq|le
 _LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
 _DECIMAL_RE = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
-_IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])")
+# "i" as the imaginary unit, not a subscript or bound index ("x_i", "x_{i}", "\\sum_{i=1}"); "e^{i\\pi}" counts
+_IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])|(?<!_\{)(?<=\{)i(?![A-Za-z])")
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
