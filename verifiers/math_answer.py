@@ -24,9 +24,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from verifiers.math_compare import CompareConfig, answers_equal
-from verifiers.math_extract import extract_answer, has_unclosed_box
+from verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
 from verifiers.math_normalize import normalize
-from verifiers.math_parse import Answer, AnswerParseError, Scalar, parse_answer
+from verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
 from verifiers.registry import verifier
 
 _DECIMAL_COMMA = re.compile(r"^\$?-?\d+,\d+\$?$")
@@ -68,8 +68,14 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
         reason = "unclosed \\boxed" if has_unclosed_box(pred) else "no answer found"
         return MathVerdict(False, gold_text, None, reason)
     cfg = CompareConfig(min_sig_digits=min_sig_digits)
+    gold_answer: Answer | None
+    parts = labelled_box_parts(str(gold))
     try:
-        gold_answer: Answer | None = parse_answer(gold_text)
+        if parts is not None:  # "\boxed{4} red and \boxed{9} blue": named parts, in this order
+            gold_text = ", ".join(parts)
+            gold_answer = Seq("tuple", tuple(parse_answer(p) for p in parts))
+        else:
+            gold_answer = parse_answer(gold_text)
     except AnswerParseError:
         gold_answer = None
     try:

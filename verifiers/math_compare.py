@@ -104,6 +104,13 @@ def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
     tuple_vs_set = gold.kind == "tuple" and pred.kind == "set"
     if tuple_vs_set or gold.kind == "set" and pred.kind == "tuple" and len(gold.items) > 1:
         return False
+    g_named, p_named = _names_parts(gold), _names_parts(pred)
+    if g_named != p_named and not _any_assignment((pred if g_named else gold).items):
+        # "AB=4, CD=5" vs "4, 5" (either way round): one side names the parts, the other gives the
+        # values in the same order
+        if len(gold.items) != len(pred.items):
+            return False
+        return all(answers_equal(g, p, cfg) for g, p in zip(gold.items, pred.items, strict=True))
     if gold.kind == "tuple" or pred.kind == "tuple" and _all_assignments(gold.items):
         if len(gold.items) != len(pred.items):
             return False
@@ -120,6 +127,16 @@ def _relations_only(seq: Seq) -> bool:
     return seq.kind == "list" and all(
         isinstance(i, Relation) and not (i.ops[0] == "=" and is_label(i.parts[0])) for i in seq.items
     )
+
+
+def _names_parts(seq: Seq) -> bool:
+    """``AB=4, CD=5``: two or more assignments to different names (not ``x = 1 or x = 2``, two roots)."""
+    labels = [i.parts[0] for i in seq.items if isinstance(i, Relation) and i.ops == ("=",) and is_label(i.parts[0])]
+    return len(seq.items) >= 2 and len(labels) == len(seq.items) and len(set(labels)) == len(labels)
+
+
+def _any_assignment(items: tuple[Answer, ...]) -> bool:
+    return any(isinstance(i, Relation) and is_label(i.parts[0]) for i in items)
 
 
 def _all_assignments(items: tuple[Answer, ...]) -> bool:

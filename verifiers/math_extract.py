@@ -46,6 +46,8 @@ _BOX_SEPARATOR = re.compile(
     r"\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]{0,40}\}|"
     r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=)*$"
 )
+# Words between the boxes of one gold sentence: "\boxed{1} papers and \boxed{2} bins".
+_PART_WORDS = re.compile(r"^[\s,;$]*(?:[A-Za-z][A-Za-z'\-]*[\s,;$]*){1,6}$")
 _CORRECTION_WORDS = re.compile(
     r"\b(?:wait|but|however|actually|no|not|wrong|mistake|instead|recheck|rechecking|correct|hmm|oops)\b",
     re.IGNORECASE,
@@ -80,6 +82,19 @@ _NUMBER = re.compile(
 )
 _WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _CONNECTOR_WORDS = frozenset({"and", "or", "to"})
+# A sentence that starts explaining an answer already given; and one that concludes anew.
+_EXPLANATION_CUE = re.compile(
+    r"(?:(?<=[.!?])\s+|\n\s*)(?:"
+    r"here(?:\s+is|'s|\s+are)\s+(?:how|why|the\s+(?:breakdown|reasoning|explanation|count|steps?)|a\s+breakdown)|"
+    r"to\s+see\s+(?:why|this|how)|this\s+is\s+because|let\s+me\s+(?:explain|show)|to\s+explain|"
+    r"the\s+reason\s+is|(?:explanation|reasoning|breakdown|justification|why|how)\s*:)",
+    re.IGNORECASE,
+)
+_CONCLUSION = re.compile(
+    r"(?:(?<=[.!?:])\s+|\n\s*)(?:so|therefore|thus|hence|in\s+total|altogether|in\s+all|overall|finally|"
+    r"in\s+conclusion|that\s+(?:gives|makes)|this\s+(?:gives|makes))\b",
+    re.IGNORECASE,
+)
 _TRUNCATED_END = re.compile(r"(?:[=+\-*/^(\\,]|\\(?:times|cdot|frac|sqrt))\s*$")
 
 
@@ -156,6 +171,9 @@ def extract_answer(completion: str) -> str | None:
     stripped = _strip_outer(text)
     if stripped and _is_bare_answer(stripped):
         return stripped
+    stated = _stated_before_explanation(text)
+    if stated is not None:
+        return stated
     return _last_statement(text)
 
 
@@ -212,6 +230,36 @@ def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
     contents = [content for _, _, content in group]
     deduped = [c for i, c in enumerate(contents) if c.strip() not in [d.strip() for d in contents[:i]]]
     return deduped
+
+
+def labelled_box_parts(gold: str) -> list[str] | None:
+    """The parts of a gold answer given as boxes in one sentence, each named by the words around it
+    (``\\boxed{4} red and \\boxed{9} blue`` -> ``["4", "9"]``), in order; None for any other shape.
+
+    For golds only: a reference answer does not correct itself, so words between its boxes label the
+    parts. In a model response the same words may be a hedge or a correction (only the last box counts
+    there, see :func:`extract_answer`). Boxes joined by separators alone (``\\boxed{1}, \\boxed{2}``) or
+    by "or" are not this shape.
+    """
+    if not isinstance(gold, str):
+        raise TypeError(f"gold must be a str, got {type(gold).__name__}")
+    region = _final_region(gold)
+    boxes = find_boxed_spans(region)
+    group = boxes[-1:]
+    labelled = False
+    for prev in reversed(boxes[:-1]):
+        between = region[prev[1] : group[0][0]]
+        words = re.findall(r"[A-Za-z]+", between)
+        if len(between) > 60 or not _PART_WORDS.match(between) or _CORRECTION_WORDS.search(between):
+            break
+        if any(w.lower() == "or" for w in words):
+            return None
+        labelled = labelled or any(w.lower() not in _CONNECTOR_WORDS for w in words)
+        group.insert(0, prev)
+    if len(group) < 2 or not labelled:
+        return None
+    parts = [_strip_outer(content) for _, _, content in group]
+    return parts if all(parts) else None
 
 
 def _last_anchor(text: str) -> tuple[int, str] | None:
@@ -330,6 +378,7 @@ def _is_bare_answer(text: str) -> bool:
     outside = re.sub(
         r"\\(?:text|textrm|textbf|textnormal|mbox|mathrm|operatorname|begin|end)\s*\{[^{}]*\}", " ", outside
     )
+    outside = _PART_LABEL.sub(" ", outside)  # "AB=4, CD=5": segment names, not prose
     words = [w.lower() for w in _WORD.findall(outside)]
     from verifiers.math_units import is_unit_word
 
@@ -338,6 +387,9 @@ def _is_bare_answer(text: str) -> bool:
         return False  # "Soucis : 2,74" is a sentence with a number in it, not an answer
     return len(prose) <= 1 and len(words) <= 4
 
+
+# A short name on the left of "=": "AB =", "|AB| =", "CD_1 =" (a labelled part of a multi-part answer).
+_PART_LABEL = re.compile(r"(?<![A-Za-z\\])\|?[A-Za-z]{1,4}\|?(?:_\{?\w{1,4}\}?)?\s*(?==)")
 
 _MATH_WORDS = frozenset(
     {"sqrt", "pi", "exp", "log", "ln", "sin", "cos", "tan", "sec", "csc", "cot", "infty", "inf", "infinity", "frac"}
@@ -374,6 +426,19 @@ def _last_statement(text: str) -> str | None:
         if re.search(r"\d|\$|\\\(|\\\[", sentence):
             return _reduce(sentence)
     return None
+
+
+def _stated_before_explanation(text: str) -> str | None:
+    """The answer of a response that states it and then explains it ("The total is 7. To see why: first 2
+    apples, then 3 pears, then 2 plums."): the last statement before the first explanation cue, as long as
+    the explanation draws no conclusion of its own ("... So there are 12."), which would be the answer."""
+    cue = _EXPLANATION_CUE.search(text)
+    if cue is None or _CONCLUSION.search(text, cue.end()):
+        return None
+    head = text[: cue.start()]
+    if not re.search(r"\d|\$|\\\(|\\\[", head):
+        return None
+    return _last_statement(head.rstrip().rstrip(":"))
 
 
 def _split_sentences(text: str) -> list[str]:

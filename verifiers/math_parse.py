@@ -111,6 +111,9 @@ _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
 # "i" as the imaginary unit, not a subscript or bound index ("x_i", "x_{i}", "\\sum_{i=1}"); "e^{i\\pi}" counts
 _IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])|(?<!_\{)(?<=\{)i(?![A-Za-z])")
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
+# "E: the third listed risk factor", "B. 42", "D) none": a letter, then the option's text
+_CHOICE_TEXT_RE = re.compile(r"^\(?([A-J])\)?\s*[:.)]\s+\S")
+_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\])\(?[A-J]\)?\s*[:.)]\s")
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
 _THOUSANDS_RE = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
@@ -138,6 +141,9 @@ def parse_answer(text: str, *, decimal_comma: bool = False) -> Answer:
 
 @lru_cache(maxsize=4096)
 def _parse_top(s: str, decimal_comma: bool) -> Answer:
+    choice = _CHOICE_TEXT_RE.match(s)
+    if choice and not _OPTION_MARK_RE.search(s, choice.end() - 1):  # one option, not "A: 1, B: 2"
+        return Choice(choice.group(1))
     parts = _split_top(s, ";")
     if len(parts) > 1:
         return Seq("list", tuple(_as_record(_parse_group(p, decimal_comma)) for p in parts if p.strip()))
@@ -397,9 +403,12 @@ def _is_assignment(answer: Answer) -> bool:
 
 
 def is_label(answer: Answer) -> bool:
-    """True for the name side of an assignment: ``x``, ``f(x)``, ``y_1``, ``A:B``, ``NO/BO``, ``(p, q)``."""
+    """True for the name side of an assignment: ``x``, ``f(x)``, ``f(2)``, ``P(A)``, ``y_1``, ``A:B``,
+    ``NO/BO``, ``(p, q)``, ``|AB|``, ``\\angle ABC``, a one-word name (``AB``, ``area``)."""
     if isinstance(answer, Choice):  # "D = (0, 1)": a capital letter on the left is a name
         return True
+    if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12"
+        return bool(re.fullmatch(r"[a-z]{1,12}", answer.text))
     if isinstance(answer, Seq):
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
@@ -410,6 +419,8 @@ def is_label(answer: Answer) -> bool:
 def _symbols_only(e: sympy.Basic) -> bool:
     if isinstance(e, (sympy.Symbol, AppliedUndef)):
         return True
+    if isinstance(e, sympy.Abs):  # "|AB| = 1": the length of a segment
+        return _symbols_only(e.args[0])
     if isinstance(e, sympy.Pow):
         return e.args[1] == -1 and _symbols_only(e.args[0])
     if isinstance(e, sympy.Mul):
