@@ -23,7 +23,7 @@ import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from verifiers.math_compare import CompareConfig, answers_equal
+from verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
 from verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
 from verifiers.math_normalize import normalize
 from verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
@@ -44,7 +44,9 @@ class MathVerdict:
     reason: str
 
 
-def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -> MathVerdict:
+def judge_math(
+    gold: str | int | float, pred: str, *, min_sig_digits: int = 6, problem: str | None = None
+) -> MathVerdict:
     """Judge a response (or a bare answer) ``pred`` against ``gold`` and say why.
 
     Args:
@@ -52,14 +54,18 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
             floats are converted with ``str()``.
         pred: a whole model response or just its answer.
         min_sig_digits: significant digits a decimal needs to match a non-equal exact value approximately.
+        problem: the question, when known. Arbitrary constants may be renamed (``y = A e^x`` for
+            ``y = C e^x``) only when the name appears in neither the problem nor the other side.
 
     Raises:
-        TypeError: ``pred`` is not a str, or ``gold`` is not a str/int/float.
+        TypeError: ``pred`` is not a str, ``gold`` is not a str/int/float, or ``problem`` is not a str.
     """
     if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
         raise TypeError(f"gold must be a str, int or float, got {type(gold).__name__}")
     if not isinstance(pred, str):
         raise TypeError(f"pred must be a str, got {type(pred).__name__}")
+    if problem is not None and not isinstance(problem, str):
+        raise TypeError(f"problem must be a str or None, got {type(problem).__name__}")
     gold_text = extract_answer(str(gold)) or str(gold).strip()
     pred_text = extract_answer(pred)
     if not gold_text:
@@ -100,6 +106,8 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
         return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")
     if answers_equal(gold_answer, pred_answer, cfg):
         return MathVerdict(True, gold_text, pred_text, "equal")
+    if equal_up_to_constants(gold_answer, pred_answer, cfg, problem=problem):
+        return MathVerdict(True, gold_text, pred_text, "equal up to renamed constants")
     return MathVerdict(False, gold_text, pred_text, "not equal")
 
 

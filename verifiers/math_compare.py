@@ -22,7 +22,10 @@ Rules, each a known failure of looser checkers:
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
+import re
 from dataclasses import dataclass
 
 import sympy
@@ -548,3 +551,80 @@ def _simplify_zero(e: sympy.Expr) -> bool:
         return sympy.simplify(e) == 0
     except Exception:  # noqa: BLE001
         return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arbitrary constants
+
+_MAX_RENAMED = 4
+# Names that read as arbitrary constants: capitals (C, D, K), subscripted names (C_1, c_2, k_1) and the
+# integer constants n, k, m, c. Lower-case a, b, x, y... are parameters or variables and are never renamed.
+_CONSTANT_NAME = re.compile(r"^(?:[A-Z]|[A-Za-z]_\{?[A-Za-z0-9]{1,3}\}?|[ckmn])$")
+
+
+def equal_up_to_constants(
+    gold: Answer, pred: Answer, cfg: CompareConfig = CompareConfig(), problem: str | None = None
+) -> bool:
+    """True when ``pred`` equals ``gold`` after renaming its arbitrary constants: ``Y(x) = A + B/x - x`` is
+    ``Y(x) = -x + C + D/x``; ``y = A e^{-x} + B e^{x}`` is ``y = C_1 e^{x} + C_2 e^{-x}``.
+
+    Only constants that appear on one side alone are renamed, one to one (up to 4, every pairing tried),
+    and only names that read as constants (see ``_CONSTANT_NAME``). A name that appears in ``problem``
+    (the question, when known) is given, not arbitrary, and is never renamed; without the problem, a
+    renamed given parameter would pass, so pass it where you have it.
+    """
+    g_free, p_free = _free_symbols(gold), _free_symbols(pred)
+    g_only = sorted((s for s in g_free - p_free if _renamable(s, problem)), key=str)
+    p_only = sorted((s for s in p_free - g_free if _renamable(s, problem)), key=str)
+    if not g_only or len(g_only) != len(p_only) or len(g_only) > _MAX_RENAMED:
+        return False
+    if len(g_only) != len(g_free - p_free) or len(p_only) != len(p_free - g_free):
+        return False  # a one-sided name that is not a free constant (a variable, a given): no renaming
+    for perm in itertools.permutations(g_only):
+        renamed = _subs_answer(pred, dict(zip(p_only, perm, strict=True)))
+        if renamed is not None and answers_equal(gold, renamed, cfg):
+            return True
+    return False
+
+
+def _renamable(symbol: sympy.Symbol, problem: str | None) -> bool:
+    name = str(symbol)
+    if not _CONSTANT_NAME.match(name):
+        return False
+    if problem is None:
+        return True
+    base, _, sub = name.partition("_")
+    sub = sub.strip("{}")
+    spelled = rf"{re.escape(base)}_\{{?{re.escape(sub)}\}}?" if sub else re.escape(base)
+    return re.search(rf"(?<![A-Za-z\\]){spelled}(?![A-Za-z0-9])", problem) is None
+
+
+def _free_symbols(answer: Answer) -> set[sympy.Symbol]:
+    if isinstance(answer, Scalar):
+        return set(answer.value.free_symbols) if isinstance(answer.value, sympy.Basic) else set()
+    if isinstance(answer, Region):
+        return set(answer.value.free_symbols)
+    if isinstance(answer, (Seq, Relation)):
+        items = answer.items if isinstance(answer, Seq) else answer.parts
+        return set().union(*(_free_symbols(i) for i in items))
+    return set()
+
+
+def _subs_answer(answer: Answer, mapping: dict[sympy.Symbol, sympy.Symbol]) -> Answer | None:
+    """``answer`` with its symbols renamed (simultaneously); None when sympy cannot substitute."""
+    try:
+        if isinstance(answer, Scalar):
+            if answer.too_large:
+                return None
+            return dataclasses.replace(answer, value=answer.value.subs(mapping, simultaneous=True))
+        if isinstance(answer, Region):
+            return Region(answer.value.subs(mapping, simultaneous=True))
+        if isinstance(answer, Seq):
+            items = [_subs_answer(i, mapping) for i in answer.items]
+            return None if any(i is None for i in items) else dataclasses.replace(answer, items=tuple(items))
+        if isinstance(answer, Relation):
+            parts = [_subs_answer(p, mapping) for p in answer.parts]
+            return None if any(p is None for p in parts) else Relation(answer.ops, tuple(parts))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return answer

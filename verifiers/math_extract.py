@@ -80,7 +80,8 @@ _NUMBER = re.compile(
     r"(?:\s*(?:%|\\%|percent\b))?"
     r"(?![A-Za-z0-9_])"
 )
-_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z^_{])")  # "Ke^{2x}" is math, not a word
+_CHOICE_WITH_TEXT = re.compile(r"\(?[A-J]\)?\s*[:.)]\s+[A-Za-z]")  # an option letter, then its text
 _CONNECTOR_WORDS = frozenset({"and", "or", "to"})
 # A sentence that starts explaining an answer already given; and one that concludes anew.
 _EXPLANATION_CUE = re.compile(
@@ -323,6 +324,8 @@ def _reduce(candidate: str) -> str | None:
         return None
     if _TRUNCATED_END.search(candidate):
         return None
+    if _CHOICE_WITH_TEXT.match(candidate):  # "The answer is C: the second option."
+        return _strip_outer(candidate)
     envs = list(_MATH_ENV.finditer(candidate))
     if envs:
         outside = _MATH_ENV.sub(" ", candidate)

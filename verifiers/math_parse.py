@@ -141,8 +141,9 @@ def parse_answer(text: str, *, decimal_comma: bool = False) -> Answer:
 
 @lru_cache(maxsize=4096)
 def _parse_top(s: str, decimal_comma: bool) -> Answer:
-    choice = _CHOICE_TEXT_RE.match(s)
-    if choice and not _OPTION_MARK_RE.search(s, choice.end() - 1):  # one option, not "A: 1, B: 2"
+    unwrapped = re.sub(r"^\\text\s*\{([^{}]*)\}$", r"\1", s).strip()  # "\text{C: the second option}"
+    choice = _CHOICE_TEXT_RE.match(unwrapped)
+    if choice and not _OPTION_MARK_RE.search(unwrapped, choice.end() - 1):  # one option, not "A: 1, B: 2"
         return Choice(choice.group(1))
     parts = _split_top(s, ";")
     if len(parts) > 1:
@@ -407,8 +408,8 @@ def is_label(answer: Answer) -> bool:
     ``NO/BO``, ``(p, q)``, ``|AB|``, ``\\angle ABC``, a one-word name (``AB``, ``area``)."""
     if isinstance(answer, Choice):  # "D = (0, 1)": a capital letter on the left is a name
         return True
-    if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12"
-        return bool(re.fullmatch(r"[a-z]{1,12}", answer.text))
+    if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12", "P(X=2) = 1/4" (a probability)
+        return bool(re.fullmatch(r"[a-z]{1,12}|[A-Za-z]{1,4}\s*\(.{1,40}\)", answer.text))
     if isinstance(answer, Seq):
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
@@ -416,11 +417,18 @@ def is_label(answer: Answer) -> bool:
     return _symbols_only(answer.value)
 
 
+_TRIG = (sympy.sin, sympy.cos, sympy.tan, sympy.cot, sympy.sec, sympy.csc)
+# An angle's name: a vertex (A, B, C) or a Greek letter; "\sin x = 1/2" stays an equation to solve.
+_ANGLE_NAME = re.compile(r"[A-Z]|alpha|beta|gamma|theta|phi|varphi|psi|omega")
+
+
 def _symbols_only(e: sympy.Basic) -> bool:
     if isinstance(e, (sympy.Symbol, AppliedUndef)):
         return True
     if isinstance(e, sympy.Abs):  # "|AB| = 1": the length of a segment
         return _symbols_only(e.args[0])
+    if isinstance(e, _TRIG) and isinstance(e.args[0], sympy.Symbol):  # "\sin A = 3/5", "\tan\theta = 2"
+        return bool(_ANGLE_NAME.fullmatch(str(e.args[0])))
     if isinstance(e, sympy.Pow):
         return e.args[1] == -1 and _symbols_only(e.args[0])
     if isinstance(e, sympy.Mul):
