@@ -128,18 +128,45 @@ def _gold_of(sample: dict, answer_field: str) -> str | int | float:
     return sample[answer_field]
 
 
-def _cache_key(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> Hashable:
+def _problem_of(sample: dict, problem_field: str | None) -> str | None:
+    problem = sample.get(problem_field) if problem_field else None
+    return problem if isinstance(problem, str) else None
+
+
+def _cache_key(
+    completion: str,
+    sample: dict,
+    *,
+    answer_field: str = "answer",
+    min_sig_digits: int = 6,
+    problem_field: str | None = "prompt",
+) -> Hashable:
     gold = _gold_of(sample, answer_field)
-    return (str(gold), extract_answer(completion), min_sig_digits)
+    return (str(gold), extract_answer(completion), min_sig_digits, _problem_of(sample, problem_field))
 
 
 @verifier("math", cache_key=_cache_key)
-def math_reward(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> dict:
+def math_reward(
+    completion: str,
+    sample: dict,
+    *,
+    answer_field: str = "answer",
+    min_sig_digits: int = 6,
+    problem_field: str | None = "prompt",
+) -> dict:
     """1.0 when the completion's final answer equals ``sample[answer_field]``, else 0.0; ``None`` when the
     gold cannot be judged. Returns ``{"score", "extracted", "reason"}``.
 
+    ``sample[problem_field]`` (the prompt, optional; ``None`` to ignore it) is the question: an arbitrary
+    constant named in it is never renamed to match the gold (see :func:`judge_math`).
+
     Raises ``KeyError`` naming the field when the sample has no gold answer.
     """
-    verdict = judge_math(_gold_of(sample, answer_field), completion, min_sig_digits=min_sig_digits)
+    verdict = judge_math(
+        _gold_of(sample, answer_field),
+        completion,
+        min_sig_digits=min_sig_digits,
+        problem=_problem_of(sample, problem_field),
+    )
     score = None if verdict.equal is None else float(verdict.equal)
     return {"score": score, "extracted": verdict.pred_answer, "reason": verdict.reason}

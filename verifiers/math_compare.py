@@ -596,7 +596,13 @@ def _renamable(symbol: sympy.Symbol, problem: str | None) -> bool:
     base, _, sub = name.partition("_")
     sub = sub.strip("{}")
     spelled = rf"{re.escape(base)}_\{{?{re.escape(sub)}\}}?" if sub else re.escape(base)
-    return re.search(rf"(?<![A-Za-z\\]){spelled}(?![A-Za-z0-9])", problem) is None
+    # where the problem writes math in $...$, only its math names things ("A ball..." names nothing)
+    math = [m.group() for m in _PROBLEM_MATH.finditer(problem)]
+    where = " ".join(math) if math else problem
+    return re.search(rf"(?<![A-Za-z\\]){spelled}(?![A-Za-z0-9])", where) is None
+
+
+_PROBLEM_MATH = re.compile(r"\$\$[^$]{1,3000}\$\$|\$[^$]{1,3000}\$|\\\(.{1,3000}?\\\)|\\\[.{1,3000}?\\\]", re.DOTALL)
 
 
 def _free_symbols(answer: Answer) -> set[sympy.Symbol]:
