@@ -53,6 +53,10 @@ LABELLED_PARTS = [
     ("a=2, b=7", "\\boxed{b = 7, a = 2}", True),  # both name the parts: matched by name
     ("$m = 2$, $n = 3$", "$\\boxed{2}$, $\\boxed{3}$", True),
     ("x = 1 \\text{ or } x = 2", "\\boxed{2, 1}", True),  # two roots of one unknown: any order
+    ("$AB = 4$ and $CD = 5$", "\\boxed{4, 5}", True),
+    ("AB = 4 cm, CD = 5 cm", "\\boxed{4, 5}", True),
+    ("width = 3, length = 5", "\\boxed{3, 5}", True),
+    ("x=3, y=-2, z=1", "\\boxed{(3, -2, 1)}", True),
     # wrong: a value off, the order swapped, a part missing or added
     ("AB=4, CD=6", "4, 5", False),
     ("4, 5", "AB=4, CD=6", False),
@@ -63,6 +67,10 @@ LABELLED_PARTS = [
     ("$m = 2$, $n = 3$", "$\\boxed{2}$, $\\boxed{4}$", False),
     ("AB=4, CD=5", "\\boxed{4}", False),
     ("AB=4, CD=5", "\\boxed{4, 5, 6}", False),
+    ("$AB = 4$ and $CD = 5$", "\\boxed{5, 4}", False),
+    ("AB = 4 cm, CD = 5 cm", "\\boxed{4, 6}", False),
+    ("width = 3, length = 5", "\\boxed{5, 3}", False),
+    ("x=3, y=-2, z=1", "\\boxed{(3, 1, -2)}", False),
 ]
 
 GOLD_BOXES_IN_A_SENTENCE = [
@@ -112,6 +120,12 @@ LABEL_EQUATIONS = [
     ("$AB = 5$", "\\boxed{5}", True),
     ("$S_{10} = 55$", "\\boxed{55}", True),
     ("$\\sin A = \\frac{3}{5}$", "\\boxed{\\frac35}", True),
+    ("$f(-1) = 3$", "\\boxed{3}", True),
+    ("$P(A|B) = 0.5$", "\\boxed{\\frac12}", True),
+    ("$P(A \\cap B) = 0.12$", "\\boxed{0.12}", True),
+    ("$\\Pr(A) = 0.3$", "\\boxed{0.3}", True),
+    ("$E[X] = 3$", "\\boxed{3}", True),
+    ("$|z| = 5$", "\\boxed{5}", True),
     ("5", "\\boxed{f(2) = 5}", True),
     ("1", "\\boxed{|AB| = 1}", True),
     # wrong values, and equations that are not labels
@@ -125,6 +139,12 @@ LABEL_EQUATIONS = [
     ("$AB = 5$", "\\boxed{6}", False),
     ("$S_{10} = 55$", "\\boxed{10}", False),
     ("5", "\\boxed{f(2) = 6}", False),
+    ("$f(-1) = 3$", "\\boxed{-1}", False),
+    ("$P(A|B) = 0.5$", "\\boxed{0.6}", False),
+    ("$P(A \\cap B) = 0.12$", "\\boxed{0.13}", False),
+    ("$E[X] = 3$", "\\boxed{4}", False),
+    ("$|z| = 5$", "\\boxed{-5}", False),
+    ("$x(x+1) = 6$", "\\boxed{6}", False),  # a variable times a bracket: an equation, not a function value
     ("$x + y = 5$", "\\boxed{5}", False),  # an equation in two unknowns, not a named value
     ("$1 + 1 = 2$", "\\boxed{1}", False),
 ]
@@ -205,6 +225,9 @@ STATED_THEN_EXPLAINED = [
     ),
     ("12", "She has 12 marbles. Here's why: 5 + 7 = 12.", True),
     ("24", "It takes 24 minutes.\n\nExplanation:\n- 3 laps\n- 8 minutes each", True),
+    ("10", "There are 10 objects. Let me count them: (1) red, (5) blue, (4) green", True),
+    ("10", "Total: 10\n\nBreakdown:\n- red: 1\n- blue: 5\n- green: 4", True),
+    ("7", "The total is 7. Because 2 + 3 + 2 = 7.", True),
     # the stated answer is wrong, though the breakdown's last number or sum is the gold
     ("7", "The total is 8. To see why: first 2 apples, then 3 pears, then 2 plums.", False),
     ("2", "The total is 8. To see why: first 2 apples, then 3 pears, then 2 plums.", False),
@@ -217,6 +240,9 @@ STATED_THEN_EXPLAINED = [
     ),
     ("4", "There are 10 objects. Here is how to count them: (1) ... (5) ... (4)", False),
     ("12", "She has 13 marbles. Here's why: 5 + 7 = 12.", False),
+    ("10", "There are 11 objects. Let me count them: (1) red, (5) blue, (4) green", False),
+    ("10", "Total: 11\n\nBreakdown:\n- red: 1\n- blue: 5\n- green: 4", False),
+    ("7", "The total is 9. Because 2 + 3 + 2 = 7.", False),
 ]
 
 
@@ -243,8 +269,13 @@ CHOICE_WITH_TEXT = [
     ("C", "\\boxed{C: smoking and obesity}", True),
     ("(C)", "\\boxed{C: the second option}", True),
     ("C", "The answer is C: the second option.", True),
+    ("E", "The correct option is E: the third listed risk factor.", True),
+    ("E: the third listed risk factor", "\\boxed{E}", True),  # the gold carries the text
     ("E", "\\boxed{D: the third listed risk factor}", False),
     ("C", "The answer is B: the first option.", False),
+    ("E", "The correct option is D: the second listed risk factor.", False),
+    ("E: the third listed risk factor", "\\boxed{D}", False),
+    ("E", "\\boxed{\\text{D: the third listed risk factor}}", False),
     ("C", "\\boxed{C: 3, D: 4}", False),  # two options named: a hedge
     ("42", "\\boxed{C. 42}", False),  # a letter answers a letter gold only
 ]
@@ -284,6 +315,14 @@ DECIMALS = [
     ("\\sqrt{2}", "1.414215", False),
     ("\\pi", "3.141592", False),
     ("\\frac{1}{3}", "0.3333", False),  # too few digits to stand for an exact value at all
+    ("\\frac{1}{3}", "33.3333\\%", True),
+    ("\\frac{1}{3}", "33.3334\\%", False),
+    ("-\\frac{1}{3}", "-0.333333", True),
+    ("-\\frac{1}{3}", "-0.333334", False),
+    ("\\frac{1}{3}", "3.33333 \\times 10^{-1}", True),
+    ("\\frac{1}{3}", "3.33334 \\times 10^{-1}", False),
+    ("x = \\frac{1}{3}", "x \\approx 0.333333", True),
+    ("x = \\frac{1}{3}", "x \\approx 0.333334", False),
 ]
 
 

@@ -87,7 +87,7 @@ _CONNECTOR_WORDS = frozenset({"and", "or", "to"})
 _EXPLANATION_CUE = re.compile(
     r"(?:(?<=[.!?])\s+|\n\s*)(?:"
     r"here(?:\s+is|'s|\s+are)\s+(?:how|why|the\s+(?:breakdown|reasoning|explanation|count|steps?)|a\s+breakdown)|"
-    r"to\s+see\s+(?:why|this|how)|this\s+is\s+because|let\s+me\s+(?:explain|show)|to\s+explain|"
+    r"to\s+see\s+(?:why|this|how)|(?:this\s+is\s+)?because|let\s+me\s+(?:explain|show|count|break)|to\s+explain|"
     r"the\s+reason\s+is|(?:explanation|reasoning|breakdown|justification|why|how)\s*:)",
     re.IGNORECASE,
 )
@@ -391,8 +391,8 @@ def _is_bare_answer(text: str) -> bool:
     return len(prose) <= 1 and len(words) <= 4
 
 
-# A short name on the left of "=": "AB =", "|AB| =", "CD_1 =" (a labelled part of a multi-part answer).
-_PART_LABEL = re.compile(r"(?<![A-Za-z\\])\|?[A-Za-z]{1,4}\|?(?:_\{?\w{1,4}\}?)?\s*(?==)")
+# A name on the left of "=": "AB =", "|AB| =", "CD_1 =", "width =" (a labelled part of a multi-part answer).
+_PART_LABEL = re.compile(r"(?<![A-Za-z\\])\|?[A-Za-z]{1,12}\|?(?:_\{?\w{1,4}\}?)?\s*(?==)")
 
 _MATH_WORDS = frozenset(
     {"sqrt", "pi", "exp", "log", "ln", "sin", "cos", "tan", "sec", "csc", "cot", "infty", "inf", "infinity", "frac"}

@@ -409,12 +409,19 @@ def is_label(answer: Answer) -> bool:
     if isinstance(answer, Choice):  # "D = (0, 1)": a capital letter on the left is a name
         return True
     if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12", "P(X=2) = 1/4" (a probability)
-        return bool(re.fullmatch(r"[a-z]{1,12}|[A-Za-z]{1,4}\s*\(.{1,40}\)", answer.text))
+        return bool(re.fullmatch(r"[a-z]{1,12}|\\?[A-Za-z]{1,4}\s*\(.{1,40}\)", answer.text))
     if isinstance(answer, Seq):
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
         return False
+    if _CALL_LABEL.fullmatch(answer.source.strip()):  # "f(-1)" parses as -f: read the text
+        return True
     return _symbols_only(answer.value)
+
+
+# A function's value by its usual names: "f(-1)", "g'(2)", "P(A)", "\Pr(A)", "E(X)", "Var(X)". Not "x(x+1)":
+# a variable times a bracket is an expression.
+_CALL_LABEL = re.compile(r"(?:[fghpqFGHPQE]'*|\\Pr|Var|Cov|\\operatorname\{[A-Za-z]+\})\s*\([^()]{1,40}\)")
 
 
 _TRIG = (sympy.sin, sympy.cos, sympy.tan, sympy.cot, sympy.sec, sympy.csc)
