@@ -9,8 +9,11 @@ Example::
 
 Pipeline: :func:`verifiers.math_extract.extract_answer` (both sides; golds can be whole solutions) ->
 :func:`verifiers.math_parse.parse_answer` (structure + latex2sympy leaves) ->
-:func:`verifiers.math_compare.answers_equal`. If our parser cannot read an answer, two answers are equal
-only when their normalized texts are identical.
+:func:`verifiers.math_compare.answers_equal`, then :func:`verifiers.math_compare.equal_up_to_constants`
+(general solutions with renamed arbitrary constants). If our parser cannot read an answer, two answers are
+equal only when their normalized texts are identical. A gold given as boxes named in one sentence
+(``\\boxed{4} red and \\boxed{9} blue``) is an ordered answer: ``4, 9``, not ``9, 4``. A response whose box
+never closes has no answer (reason ``unclosed \\boxed``).
 
 ``math_equal`` has no timeout of its own (sympy can be slow on adversarial input); the registered ``math``
 verifier runs inside :class:`verifiers.reward.RewardFunction`'s worker processes, which kill a call that

@@ -11,13 +11,17 @@ Rules, each a known failure of looser checkers:
 * expressions with variables are equal when their difference expands to 0, or when they agree at several
   fixed sample points (catches trig identities ``\\tan^2 y + 1 = \\sec^2 y`` that ``simplify`` misses);
 * tuples keep order, sets and bare lists do not; a tuple never equals a set; a hedged answer (``3, 5`` for
-  ``3``) is a list with more elements than the gold, so it is wrong;
-* ``x = 3`` equals ``3`` when ``x`` is a name (``k``, ``f(x)``, ``A:B``), not when it is an equation
-  (``a + 3z = 0`` is not ``0``); equations are equal when one is a nonzero multiple of the other,
-  inequalities when one is a positive multiple (``-x > -1`` is ``x < 1``); a one-variable relation
-  equals the interval it describes (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
+  ``3``) is a list with more elements than the gold, so it is wrong; when one side names its parts
+  (``AB=4, CD=5``) and the other gives bare values, the values must come in the same order (``4, 5``);
+* ``x = 3`` equals ``3`` when ``x`` is a name (``k``, ``f(x)``, ``f(2)``, ``P(A)``, ``|AB|``, ``A:B``), not
+  when it is an equation (``a + 3z = 0`` is not ``0``; ``|z| = 5`` is a locus, not ``5``); equations are
+  equal when one is a nonzero multiple of the other, inequalities when one is a positive multiple
+  (``-x > -1`` is ``x < 1``); a one-variable relation equals the interval it describes
+  (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
 * units must agree when both sides name known units; percent and degrees convert (``28\\%`` is ``28`` and
-  ``0.28``; ``30^\\circ`` is ``\\pi/6``).
+  ``0.28``; ``30^\\circ`` is ``\\pi/6``);
+* general solutions are equal up to renaming the arbitrary constants that appear on one side only and not
+  in the problem (:func:`equal_up_to_constants`: ``A + B/x - x`` is ``-x + C + D/x``).
 """
 
 from __future__ import annotations

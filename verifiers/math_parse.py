@@ -432,8 +432,9 @@ _ANGLE_NAME = re.compile(r"[A-Z]|alpha|beta|gamma|theta|phi|varphi|psi|omega")
 def _symbols_only(e: sympy.Basic) -> bool:
     if isinstance(e, (sympy.Symbol, AppliedUndef)):
         return True
-    if isinstance(e, sympy.Abs):  # "|AB| = 1": the length of a segment
-        return _symbols_only(e.args[0])
+    if isinstance(e, sympy.Abs):  # "|AB| = 1", "|\vec{a}| = 3": a length; "|z| = 5" stays a locus
+        names = [str(s) for s in e.args[0].free_symbols]
+        return _symbols_only(e.args[0]) and all(n.isupper() or n.startswith("vec{") for n in names)
     if isinstance(e, _TRIG) and isinstance(e.args[0], sympy.Symbol):  # "\sin A = 3/5", "\tan\theta = 2"
         return bool(_ANGLE_NAME.fullmatch(str(e.args[0])))
     if isinstance(e, sympy.Pow):
