@@ -57,6 +57,9 @@ LABELLED_PARTS = [
     ("AB = 4 cm, CD = 5 cm", "\\boxed{4, 5}", True),
     ("width = 3, length = 5", "\\boxed{3, 5}", True),
     ("x=3, y=-2, z=1", "\\boxed{(3, -2, 1)}", True),
+    ("AB = 4, CD = 5", "\\boxed{CD = 5, AB = 4}", True),
+    ("(x, y) = (3, -2)", "\\boxed{3, -2}", True),
+    ("a = 2, b = 7", "\\boxed{2} and \\boxed{7}", True),
     # wrong: a value off, the order swapped, a part missing or added
     ("AB=4, CD=6", "4, 5", False),
     ("4, 5", "AB=4, CD=6", False),
@@ -71,6 +74,9 @@ LABELLED_PARTS = [
     ("AB = 4 cm, CD = 5 cm", "\\boxed{4, 6}", False),
     ("width = 3, length = 5", "\\boxed{5, 3}", False),
     ("x=3, y=-2, z=1", "\\boxed{(3, 1, -2)}", False),
+    ("AB = 4, CD = 5", "\\boxed{AB = 5, CD = 4}", False),
+    ("(x, y) = (3, -2)", "\\boxed{-2, 3}", False),
+    ("a = 2, b = 7", "\\boxed{7} and \\boxed{2}", False),
 ]
 
 GOLD_BOXES_IN_A_SENTENCE = [
@@ -78,12 +84,17 @@ GOLD_BOXES_IN_A_SENTENCE = [
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{3, 5}", True),
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{3} and \\boxed{5}", True),
     ("The mean is \\boxed{12} and the median is \\boxed{10}.", "\\boxed{12, 10}", True),
+    ("\\boxed{1} cat, \\boxed{2} dogs and \\boxed{3} fish", "\\boxed{1, 2, 3}", True),
+    ("The length is \\boxed{5} cm and the width is \\boxed{3} cm.", "\\boxed{5, 3}", True),
     ("\\boxed{1} papers and \\boxed{2} bins", "\\boxed{2,1}", False),  # the order is the gold's sentence
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{5, 3}", False),
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{3}", False),
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{3, 5, 7}", False),
     ("\\boxed{3} apples and \\boxed{5} pears", "\\boxed{3, 6}", False),
     ("The mean is \\boxed{12} and the median is \\boxed{10}.", "\\boxed{10, 12}", False),
+    ("\\boxed{1} cat, \\boxed{2} dogs and \\boxed{3} fish", "\\boxed{1, 3, 2}", False),
+    ("The length is \\boxed{5} cm and the width is \\boxed{3} cm.", "\\boxed{3, 5}", False),
+    ("\\boxed{4} red and \\boxed{9} blue", "\\boxed{\\{4, 9\\}}", False),  # a set has no order to match
 ]
 
 
@@ -168,6 +179,8 @@ RENAMED_CONSTANTS = [
     ("y = Ce^{2x}", "y = Ke^{2x}", True),
     ("\\ln|x| + C", "\\ln|x| + C_1", True),
     ("x = \\frac{\\pi}{4} + n\\pi", "x = \\frac{\\pi}{4} + k\\pi", True),
+    ("$y = C_1\\cos(2x) + C_2\\sin(2x)$", "$y = A\\sin 2x + B\\cos 2x$", True),
+    ("\\frac{1}{2}\\ln|x| + C", "\\ln\\sqrt{|x|} + K", True),
     # a different term, a missing constant, a constant used twice, a renamed variable or parameter
     ("Y(x) = -x + C + D/x", "Y(x) = A + B/x + x", False),
     ("Y(x) = -x + C + D/x", "Y(x) = A + B/x^2 - x", False),
@@ -178,6 +191,8 @@ RENAMED_CONSTANTS = [
     ("\\frac{x^2}{2} + C", "\\frac{x^2}{2}", False),
     ("\\frac{x^2}{2} + C", "x^2 + K", False),
     ("y = Ce^{2x}", "y = Ke^{3x}", False),
+    ("$y = C_1\\cos(2x) + C_2\\sin(2x)$", "$y = A\\sin x + B\\cos 2x$", False),
+    ("-\\cos x + C", "K + \\cos x", False),
     ("y = C e^{x}", "y = C e^{t}", False),  # x is the variable, not an arbitrary constant
     ("x = 2a", "x = 2b", False),  # a lower-case a is a parameter of the problem
 ]
@@ -229,6 +244,8 @@ STATED_THEN_EXPLAINED = [
     ("10", "There are 10 objects. Let me count them: (1) red, (5) blue, (4) green", True),
     ("10", "Total: 10\n\nBreakdown:\n- red: 1\n- blue: 5\n- green: 4", True),
     ("7", "The total is 7. Because 2 + 3 + 2 = 7.", True),
+    ("7", "The total is 7, because 2 + 3 + 2 = 7.", True),
+    ("10", "The number of objects is 10, and here is how to count them: (1) red, (5) blue, (4) green", True),
     # the stated answer is wrong, though the breakdown's last number or sum is the gold
     ("7", "The total is 8. To see why: first 2 apples, then 3 pears, then 2 plums.", False),
     ("2", "The total is 8. To see why: first 2 apples, then 3 pears, then 2 plums.", False),
@@ -244,6 +261,8 @@ STATED_THEN_EXPLAINED = [
     ("10", "There are 11 objects. Let me count them: (1) red, (5) blue, (4) green", False),
     ("10", "Total: 11\n\nBreakdown:\n- red: 1\n- blue: 5\n- green: 4", False),
     ("7", "The total is 9. Because 2 + 3 + 2 = 7.", False),
+    ("7", "The total is 9, because 2 + 3 + 2 = 7.", False),
+    ("10", "The number of objects is 11, and here is how to count them: (1) red, (5) blue, (4) green", False),
 ]
 
 
@@ -271,10 +290,15 @@ CHOICE_WITH_TEXT = [
     ("(C)", "\\boxed{C: the second option}", True),
     ("C", "The answer is C: the second option.", True),
     ("E", "The correct option is E: the third listed risk factor.", True),
+    ("E", "E: the third listed risk factor", True),
+    ("E", "**E: the third listed risk factor**", True),
+    ("E", "Answer: (E) the third listed risk factor", True),
     ("E: the third listed risk factor", "\\boxed{E}", True),  # the gold carries the text
     ("E", "\\boxed{D: the third listed risk factor}", False),
     ("C", "The answer is B: the first option.", False),
     ("E", "The correct option is D: the second listed risk factor.", False),
+    ("E", "D: the third listed risk factor", False),
+    ("E", "Answer: (D) the third listed risk factor", False),
     ("E: the third listed risk factor", "\\boxed{D}", False),
     ("E", "\\boxed{\\text{D: the third listed risk factor}}", False),
     ("C", "\\boxed{C: 3, D: 4}", False),  # two options named: a hedge

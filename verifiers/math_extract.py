@@ -85,7 +85,7 @@ _CHOICE_WITH_TEXT = re.compile(r"\(?[A-J]\)?\s*[:.)]\s+[A-Za-z]")  # an option l
 _CONNECTOR_WORDS = frozenset({"and", "or", "to"})
 # A sentence that starts explaining an answer already given; and one that concludes anew.
 _EXPLANATION_CUE = re.compile(
-    r"(?:(?<=[.!?])\s+|\n\s*)(?:"
+    r"(?:(?<=[.!?])\s+|\n\s*|,\s+(?:and\s+)?)(?:"
     r"here(?:\s+is|'s|\s+are)\s+(?:how|why|the\s+(?:breakdown|reasoning|explanation|count|steps?)|a\s+breakdown)|"
     r"to\s+see\s+(?:why|this|how)|(?:this\s+is\s+)?because|let\s+me\s+(?:explain|show|count|break)|to\s+explain|"
     r"the\s+reason\s+is|(?:explanation|reasoning|breakdown|justification|why|how)\s*:)",
@@ -172,6 +172,8 @@ def extract_answer(completion: str) -> str | None:
     stripped = _strip_outer(text)
     if stripped and _is_bare_answer(stripped):
         return stripped
+    if _CHOICE_WITH_TEXT.match(stripped) and "\n" not in stripped and len(stripped) <= 300:
+        return stripped  # the whole response is one option: "E: the third listed risk factor"
     stated = _stated_before_explanation(text)
     if stated is not None:
         return stated
