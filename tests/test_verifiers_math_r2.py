@@ -195,6 +195,8 @@ RENAMED_CONSTANTS = [
     ("-\\cos x + C", "K + \\cos x", False),
     ("y = C e^{x}", "y = C e^{t}", False),  # x is the variable, not an arbitrary constant
     ("x = 2a", "x = 2b", False),  # a lower-case a is a parameter of the problem
+    ("K", "M", False),  # two names, no solution with a variable: nothing to rename
+    ("2K", "\\boxed{2M}", False),
 ]
 
 
@@ -275,6 +277,14 @@ def test_an_explanation_that_concludes_gives_the_answer() -> None:
     # "So there are 12" after the explanation is the answer, not the premise stated first
     text = "There are 3 boxes. Here is how I counted the objects: 3 boxes of 4 objects. So there are 12 objects."
     assert extract_answer(text) == "12"
+    text = "We need x. Adding gives x = 5, because the sum is 10. Then y = 2x, which is 10. The result: 10"
+    assert extract_answer(text) == "10"
+
+
+def test_only_a_short_opening_is_a_stated_answer() -> None:
+    # three sentences of working before "because": a derivation, whose last statement is the answer
+    text = "Let a = 2. Let b = 3. Then a + b = 5. Because 5 is odd, we double it: 10"
+    assert extract_answer(text) == "10"
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -573,11 +573,14 @@ def equal_up_to_constants(
     ``Y(x) = -x + C + D/x``; ``y = A e^{-x} + B e^{x}`` is ``y = C_1 e^{x} + C_2 e^{-x}``.
 
     Only constants that appear on one side alone are renamed, one to one (up to 4, every pairing tried),
-    and only names that read as constants (see ``_CONSTANT_NAME``). A name that appears in ``problem``
+    only names that read as constants (see ``_CONSTANT_NAME``), and only when both sides share a variable
+    (``x``, or the ``y`` of ``y = ...``): two bare names ``K`` and ``M`` are not a renamed solution. A name that appears in ``problem``
     (the question, when known) is given, not arbitrary, and is never renamed; without the problem, a
     renamed given parameter would pass, so pass it where you have it.
     """
     g_free, p_free = _free_symbols(gold), _free_symbols(pred)
+    if not g_free & p_free:
+        return False  # a general solution has a variable both sides share; "K" vs "M" is two names
     g_only = sorted((s for s in g_free - p_free if _renamable(s, problem)), key=str)
     p_only = sorted((s for s in p_free - g_free if _renamable(s, problem)), key=str)
     if not g_only or len(g_only) != len(p_only) or len(g_only) > _MAX_RENAMED:

@@ -14,8 +14,12 @@ Order of evidence (the first that exists wins):
    (``\\boxed{1}, \\boxed{2}``); boxes split by prose are self-corrections and only the last counts
    (``\\boxed{41} ... wait ... \\boxed{42}`` -> ``42``).
 5. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
-6. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``).
-7. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
+6. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``,
+   ``AB = 4, CD = 5``), or one option with its text (``E: the third listed risk factor``).
+7. An answer stated first and then explained, in a short opening (at most two sentences) before a cue
+   such as "Here is how", "To see why", "Explanation:", ", because": "There are 10 objects. Here is how
+   to count them: ... (5) ... (4)" -> ``10``; unless the explanation concludes anew ("So there are 12.").
+8. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
    its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
 
 :func:`extract_answer` is idempotent on what it returns, and runs in time linear in the response length
@@ -92,8 +96,9 @@ _EXPLANATION_CUE = re.compile(
     re.IGNORECASE,
 )
 _CONCLUSION = re.compile(
-    r"(?:(?<=[.!?:])\s+|\n\s*)(?:so|therefore|thus|hence|in\s+total|altogether|in\s+all|overall|finally|"
-    r"in\s+conclusion|that\s+(?:gives|makes)|this\s+(?:gives|makes))\b",
+    r"(?:(?<=[.!?:])\s+|\n\s*)(?:(?:so|therefore|thus|hence|in\s+total|altogether|in\s+all|overall|finally|"
+    r"in\s+conclusion|that\s+(?:gives|makes)|this\s+(?:gives|makes)|we\s+get)\b|"
+    r"(?:the\s+)?(?:result|total|answer|sum)\s*(?:is\b|:|=))",
     re.IGNORECASE,
 )
 _TRUNCATED_END = re.compile(r"(?:[=+\-*/^(\\,]|\\(?:times|cdot|frac|sqrt))\s*$")
@@ -435,14 +440,15 @@ def _last_statement(text: str) -> str | None:
 
 def _stated_before_explanation(text: str) -> str | None:
     """The answer of a response that states it and then explains it ("The total is 7. To see why: first 2
-    apples, then 3 pears, then 2 plums."): the last statement before the first explanation cue, as long as
-    the explanation draws no conclusion of its own ("... So there are 12."), which would be the answer."""
+    apples, then 3 pears, then 2 plums."): the last statement of the opening (at most two sentences, 300
+    characters) before the first explanation cue, as long as the explanation draws no conclusion of its own
+    ("... So there are 12."), which would be the answer."""
     cue = _EXPLANATION_CUE.search(text)
     if cue is None or _CONCLUSION.search(text, cue.end()):
         return None
     head = text[: cue.start()]
-    if not re.search(r"\d|\$|\\\(|\\\[", head):
-        return None
+    if not re.search(r"\d|\$|\\\(|\\\[", head) or len(head) > 300 or len(_split_sentences(head)) > 2:
+        return None  # the answer must open the response; a long derivation is not a stated answer
     return _last_statement(head.rstrip().rstrip(":"))
 
 
