@@ -137,6 +137,10 @@ LABEL_EQUATIONS = [
     ("$\\Pr(A) = 0.3$", "\\boxed{0.3}", True),
     ("$E[X] = 3$", "\\boxed{3}", True),
     ("$|\\vec{a}| = 3$", "\\boxed{3}", True),
+    ("$[ABC] = 12$", "\\boxed{12}", True),  # the area of triangle ABC
+    ("$\\cos\\angle ABC = \\frac{1}{2}$", "\\boxed{\\frac12}", True),
+    ("$P(\\text{red}) = \\frac{1}{3}$", "\\boxed{\\frac13}", True),
+    ("$\\binom{5}{2} = 10$", "\\boxed{10}", True),  # a true numeric identity: its value
     ("5", "\\boxed{f(2) = 5}", True),
     ("1", "\\boxed{|AB| = 1}", True),
     # wrong values, and equations that are not labels
@@ -157,6 +161,11 @@ LABEL_EQUATIONS = [
     ("$|\\vec{a}| = 3$", "\\boxed{-3}", False),
     ("$|z| = 5$", "\\boxed{5}", False),  # a locus (a circle), not the length of a named segment
     ("$x(x+1) = 6$", "\\boxed{6}", False),  # a variable times a bracket: an equation, not a function value
+    ("$[ABC] = 12$", "\\boxed{13}", False),
+    ("$[x] = 3$", "\\boxed{3}", False),  # the integer part of x: an equation to solve
+    ("$\\cos\\angle ABC = \\frac{1}{2}$", "\\boxed{\\frac13}", False),
+    ("$P(\\text{red}) = \\frac{1}{3}$", "\\boxed{\\frac23}", False),
+    ("$1 + 1 = 3$", "\\boxed{3}", False),  # a false identity states nothing
     ("$x + y = 5$", "\\boxed{5}", False),  # an equation in two unknowns, not a named value
     ("$1 + 1 = 2$", "\\boxed{1}", False),
 ]

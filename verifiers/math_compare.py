@@ -236,7 +236,7 @@ def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
     if not all(op in ("=", "~", "in") for op in rel.ops):
         return None
     named = is_label(rel.parts[0])
-    if not (named or lenient or len(rel.ops) >= 2):
+    if not (named or lenient or len(rel.ops) >= 2 or _numeric_identity(rel)):
         return None
     if "~" not in rel.ops:
         return [rel.parts[-1]]
@@ -246,6 +246,16 @@ def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
     if lenient:
         values += [p for p in rel.parts[k + 1 :] if p is not exact and _is_rounding_of(p, exact)]
     return values
+
+
+def _numeric_identity(rel: Relation) -> bool:
+    """``\\binom{5}{2} = 10``: two closed-form numbers that are equal; the right side is the answer."""
+    if rel.ops != ("=",) or not _sides_are_scalars(rel):
+        return False
+    lhs, rhs = (p.value for p in rel.parts if isinstance(p, Scalar))
+    if lhs.free_symbols or rhs.free_symbols:
+        return False
+    return _numbers_equal(lhs, rhs, None, None, CompareConfig())
 
 
 def _is_rounding_of(approx: Answer, exact: Answer) -> bool:

@@ -411,6 +411,8 @@ def is_label(answer: Answer) -> bool:
     if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12", "P(X=2) = 1/4" (a probability)
         return bool(re.fullmatch(r"[a-z]{1,12}|\\?[A-Za-z]{1,4}\s*\(.{1,40}\)", answer.text))
     if isinstance(answer, Seq):
+        if answer.kind == "list" and len(answer.items) == 1 and isinstance(answer.items[0], Text):
+            return bool(re.fullmatch(r"[a-z]{3,8}", answer.items[0].text))  # "[ABC] = 12": an area
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
         return False
@@ -435,8 +437,11 @@ def _symbols_only(e: sympy.Basic) -> bool:
     if isinstance(e, sympy.Abs):  # "|AB| = 1", "|\vec{a}| = 3": a length; "|z| = 5" stays a locus
         names = [str(s) for s in e.args[0].free_symbols]
         return _symbols_only(e.args[0]) and all(n.isupper() or n.startswith("vec{") for n in names)
-    if isinstance(e, _TRIG) and isinstance(e.args[0], sympy.Symbol):  # "\sin A = 3/5", "\tan\theta = 2"
-        return bool(_ANGLE_NAME.fullmatch(str(e.args[0])))
+    if isinstance(e, _TRIG):  # "\sin A = 3/5", "\tan\theta = 2", "\cos\angle ABC = 1/2"
+        arg = e.args[0]
+        if isinstance(arg, sympy.Symbol):
+            return bool(_ANGLE_NAME.fullmatch(str(arg)))
+        return _symbols_only(arg) and sympy.Symbol("angle") in arg.free_symbols
     if isinstance(e, sympy.Pow):
         return e.args[1] == -1 and _symbols_only(e.args[0])
     if isinstance(e, sympy.Mul):
