@@ -321,6 +321,10 @@ CHOICE_WITH_TEXT = [
     ("E: the third listed risk factor", "\\boxed{D}", False),
     ("E", "\\boxed{\\text{D: the third listed risk factor}}", False),
     ("C", "\\boxed{C: 3, D: 4}", False),  # two options named: a hedge
+    ("A", "\\boxed{(A) and (B)}", False),  # hedges: any second option letter
+    ("A", "\\boxed{(A) or (B)}", False),
+    ("A", "\\boxed{A: the first, or B}", False),
+    ("A", "\\boxed{A) 3 or B) 4}", False),
     ("42", "\\boxed{C. 42}", False),  # a letter answers a letter gold only
 ]
 

@@ -113,7 +113,8 @@ _IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])|(?<!_\{)(?<=\{)i(?![
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
 # "E: the third listed risk factor", "B. 42", "D) none": a letter, then the option's text
 _CHOICE_TEXT_RE = re.compile(r"^\(?([A-J])\)?\s*[:.)]\s+\S")
-_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\])\(?[A-J]\)?\s*[:.)]\s")
+# any other option letter in the text makes it a hedge ("(A) and (B)", "A: first, or B"), not one option
+_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\{])[A-J](?![A-Za-z])")
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
 _THOUSANDS_RE = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
