@@ -325,6 +325,9 @@ CHOICE_WITH_TEXT = [
     ("A", "\\boxed{(A) or (B)}", False),
     ("A", "\\boxed{A: the first, or B}", False),
     ("A", "\\boxed{A) 3 or B) 4}", False),
+    ("C", "\\boxed{C: the second option} or \\boxed{7}", False),  # two boxes joined: "C: ..., 7"
+    ("D", "\\boxed{(D) 42, 7}", False),
+    ("E", "\\boxed{E: the third listed risk factor, 7}", False),
     ("42", "\\boxed{C. 42}", False),  # a letter answers a letter gold only
 ]
 

@@ -113,8 +113,9 @@ _IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])|(?<!_\{)(?<=\{)i(?![
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
 # "E: the third listed risk factor", "B. 42", "D) none": a letter, then the option's text
 _CHOICE_TEXT_RE = re.compile(r"^\(?([A-J])\)?\s*[:.)]\s+\S")
-# any other option letter in the text makes it a hedge ("(A) and (B)", "A: first, or B"), not one option
-_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\{])[A-J](?![A-Za-z])")
+# another option letter, a list separator or "or" in the text makes it a hedge ("(A) and (B)", "A: first,
+# or B", "C: the second option, 7" from two boxes), not one option
+_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\{])[A-J](?![A-Za-z])|[,;]|(?<![A-Za-z])or(?![A-Za-z])")
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
 _THOUSANDS_RE = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
@@ -144,7 +145,7 @@ def parse_answer(text: str, *, decimal_comma: bool = False) -> Answer:
 def _parse_top(s: str, decimal_comma: bool) -> Answer:
     unwrapped = re.sub(r"^\\text\s*\{([^{}]*)\}$", r"\1", s).strip()  # "\text{C: the second option}"
     choice = _CHOICE_TEXT_RE.match(unwrapped)
-    if choice and not _OPTION_MARK_RE.search(unwrapped, choice.end() - 1):  # one option, not "A: 1, B: 2"
+    if choice and not _OPTION_MARK_RE.search(unwrapped, choice.end() - 1):  # one option, not a hedge
         return Choice(choice.group(1))
     parts = _split_top(s, ";")
     if len(parts) > 1:
