@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/bench_math_verify.py            # writes benchmarks/results/math_verify.md
     .venv/bin/python benchmarks/bench_math_verify.py --repeat 1  # quicker
 
-Accuracy: every labelled pair of ``shared/cases/math_dev.jsonl`` and the hand-labelled extra cases of
-``tests/test_verifiers_math_extra.py``. "Plain math-verify" is math-verify with default settings:
+Accuracy: every labelled pair of ``shared/cases/math_dev.jsonl`` and ``math_dev_r2.jsonl``, and the
+hand-labelled cases of ``tests/test_verifiers_math_extra.py`` and ``tests/test_verifiers_math_r2.py``.
+"Plain math-verify" is math-verify with default settings:
 ``verify(parse(gold), parse(pred))``; a second row wraps the gold in ``$...$``, as trainers usually do. A call
 that hangs (math-verify's own signal timeouts cannot interrupt a long sympy/GMP computation) is killed after
 ``--timeout`` seconds in a worker process and counted as wrong.
@@ -49,16 +50,30 @@ def plain_math_verify(completion: str, sample: dict, *, wrap_gold: bool = False)
     return float(_plain_math_verify(sample["answer"], completion, wrap_gold))
 
 
-def load_cases() -> tuple[list[dict], list[dict]]:
-    dev_file = ROOT / "shared" / "cases" / "math_dev.jsonl"
-    if not dev_file.exists():
-        dev_file = Path("/work/shared/cases/math_dev.jsonl")
-    dev = [json.loads(line) for line in dev_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+def _read_jsonl(name: str) -> list[dict]:
+    path = ROOT / "shared" / "cases" / name
+    if not path.exists():
+        path = Path("/work/shared/cases") / name
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def load_cases() -> dict[str, list[dict]]:
+    """Corpus name -> labelled pairs: ``dev``, ``extra`` and the newer kinds, ``r2`` and ``r2-extra``."""
     sys.path.insert(0, str(ROOT / "tests"))
+    import test_verifiers_math_r2 as r2
     from test_verifiers_math_extra import CASES
 
     extra = [{"id": f"extra-{i}", "gold": g, "pred": p, "equal": e, "category": "extra"} for i, (g, p, e) in enumerate(CASES)]
-    return dev, extra
+    r2_lists = {
+        "set_list": r2.LABELLED_PARTS + r2.GOLD_BOXES_IN_A_SENTENCE, "equation": r2.LABEL_EQUATIONS,
+        "symbolic_expression": r2.RENAMED_CONSTANTS + r2.EULER, "multiple_choice": r2.CHOICE_WITH_TEXT,
+        "extraction_response": r2.STATED_THEN_EXPLAINED + r2.ANSWER_TAG_THEN_BOX + [(g, p, False) for g, p in r2.UNCLOSED],
+        "decimal_vs_exact": r2.DECIMALS,
+    }
+    r2_extra = [{"id": f"r2-extra-{category}-{i}", "gold": g, "pred": p, "equal": e, "category": category}
+                for category, pairs in r2_lists.items() for i, (g, p, e) in enumerate(pairs)]
+    return {"dev": _read_jsonl("math_dev.jsonl"), "extra": extra, "r2": _read_jsonl("math_dev_r2.jsonl"),
+            "r2-extra": r2_extra}
 
 
 def judge_all(cases: list[dict], target: str, timeout_s: float, kwargs: dict | None = None) -> list[tuple[bool | None, float]]:
@@ -143,20 +158,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "math_verify.md")
     args = parser.parse_args()
 
-    dev, extra = load_cases()
+    corpora = load_cases()
+    dev = corpora["dev"]
     rows = []
-    for cases, corpus in ((dev, "dev"), (extra, "extra")):
+    misses: dict[str, list[str]] = {}
+    for corpus, cases in corpora.items():
         plain = judge_all(cases, "bench_plain_math_verify", args.timeout)
         wrapped = judge_all(cases, "bench_plain_math_verify", args.timeout, {"wrap_gold": True})
         ours = judge_all(cases, "math", args.timeout)
         rows += [(corpus, accuracy_row("plain math-verify (defaults)", cases, plain)),
                  (corpus, accuracy_row("plain math-verify, gold in $...$", cases, wrapped)),
                  (corpus, accuracy_row("ours (verifiers.math_answer)", cases, ours))]
+        misses[corpus] = [c["id"] for c, (acc, _) in zip(cases, ours, strict=True) if (acc is True) != c["equal"]]
         if corpus == "dev":
             hang_ids = {c["id"] for c, (acc, _) in zip(cases, plain, strict=True) if acc is None}
             slow_ids = {c["id"]: s for c, (_, s) in zip(cases, plain, strict=True) if s > 2.0}
             slowest_ours = max(s for _, s in ours)
-            ours_misses = [c["id"] for c, (acc, _) in zip(cases, ours, strict=True) if (acc is True) != c["equal"]]
     speed_cases = [c for c in dev if c["id"] not in hang_ids and c["id"] not in slow_ids]
     speed = throughput(speed_cases, args.repeat, args.workers, args.timeout)
 
@@ -166,7 +183,11 @@ def main() -> None:
              f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
              "## Accuracy on labelled answer pairs", "",
              "`dev`: `shared/cases/math_dev.jsonl`; `extra`: the hand-labelled pairs in "
-             "`tests/test_verifiers_math_extra.py` (same categories, other strings). *Hack accepts*: wrong answers "
+             "`tests/test_verifiers_math_extra.py` (same categories, other strings); `r2`: "
+             "`shared/cases/math_dev_r2.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
+             "stated-then-explained answers, option text, rounding, unclosed boxes); `r2-extra`: the labelled pairs "
+             "in `tests/test_verifiers_math_r2.py` (those kinds, each with wrong-answer counterparts). "
+             "*Hack accepts*: wrong answers "
              f"accepted in the reward-hacking categories ({', '.join(sorted(HACKING_CATEGORIES))}). *Hangs*: killed "
              f"after {args.timeout:g} s (counted wrong).", "",
              "| corpus | checker | correct | accuracy | false accepts | false rejects | hack accepts | hangs |",
@@ -176,8 +197,8 @@ def main() -> None:
                      f"{r['false_accept']} | {r['false_reject']} | {r['hack_accept']} | {r['hangs']} |")
     slow_text = ", ".join(f"{k} ({v:.1f} s)" for k, v in sorted(slow_ids.items())) or "none"
     lines += ["", f"Dev pairs that hang plain math-verify: {', '.join(sorted(hang_ids)) or 'none'}; that take it over 2 s: "
-              f"{slow_text}. Our slowest dev pair took {slowest_ours:.2f} s. Our misses on dev: "
-              f"{', '.join(ours_misses) or 'none'}.", "",
+              f"{slow_text}. Our slowest dev pair took {slowest_ours:.2f} s. Our misses: "
+              + "; ".join(f"{corpus}: {', '.join(ids) or 'none'}" for corpus, ids in misses.items()) + ".", "",
               "## Verifications per second", "",
               f"Inputs: the {len(speed_cases)} dev pairs that take plain math-verify under 2 s, repeated {args.repeat} "
               "times. With the cache on, repeats after the first are cache hits (as in GRPO, where the samples of one "

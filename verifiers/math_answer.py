@@ -9,8 +9,11 @@ Example::
 
 Pipeline: :func:`verifiers.math_extract.extract_answer` (both sides; golds can be whole solutions) ->
 :func:`verifiers.math_parse.parse_answer` (structure + latex2sympy leaves) ->
-:func:`verifiers.math_compare.answers_equal`. If our parser cannot read an answer, two answers are equal
-only when their normalized texts are identical.
+:func:`verifiers.math_compare.answers_equal`, then :func:`verifiers.math_compare.equal_up_to_constants`
+(general solutions with renamed arbitrary constants). If our parser cannot read an answer, two answers are
+equal only when their normalized texts are identical. A gold given as boxes named in one sentence
+(``\\boxed{4} red and \\boxed{9} blue``) is an ordered answer: ``4, 9``, not ``9, 4``. A response whose box
+never closes has no answer (reason ``unclosed \\boxed``).
 
 ``math_equal`` has no timeout of its own (sympy can be slow on adversarial input); the registered ``math``
 verifier runs inside :class:`verifiers.reward.RewardFunction`'s worker processes, which kill a call that
@@ -23,10 +26,10 @@ import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from verifiers.math_compare import CompareConfig, answers_equal
-from verifiers.math_extract import extract_answer
+from verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
+from verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
 from verifiers.math_normalize import normalize
-from verifiers.math_parse import Answer, AnswerParseError, Scalar, parse_answer
+from verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
 from verifiers.registry import verifier
 
 _DECIMAL_COMMA = re.compile(r"^\$?-?\d+,\d+\$?$")
@@ -44,7 +47,9 @@ class MathVerdict:
     reason: str
 
 
-def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -> MathVerdict:
+def judge_math(
+    gold: str | int | float, pred: str, *, min_sig_digits: int = 6, problem: str | None = None
+) -> MathVerdict:
     """Judge a response (or a bare answer) ``pred`` against ``gold`` and say why.
 
     Args:
@@ -52,23 +57,34 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
             floats are converted with ``str()``.
         pred: a whole model response or just its answer.
         min_sig_digits: significant digits a decimal needs to match a non-equal exact value approximately.
+        problem: the question, when known. Arbitrary constants may be renamed (``y = A e^x`` for
+            ``y = C e^x``) only when the name appears in neither the problem nor the other side.
 
     Raises:
-        TypeError: ``pred`` is not a str, or ``gold`` is not a str/int/float.
+        TypeError: ``pred`` is not a str, ``gold`` is not a str/int/float, or ``problem`` is not a str.
     """
     if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
         raise TypeError(f"gold must be a str, int or float, got {type(gold).__name__}")
     if not isinstance(pred, str):
         raise TypeError(f"pred must be a str, got {type(pred).__name__}")
+    if problem is not None and not isinstance(problem, str):
+        raise TypeError(f"problem must be a str or None, got {type(problem).__name__}")
     gold_text = extract_answer(str(gold)) or str(gold).strip()
     pred_text = extract_answer(pred)
     if not gold_text:
         return MathVerdict(None, None, pred_text, "empty gold")
     if pred_text is None:
-        return MathVerdict(False, gold_text, None, "no answer found")
+        reason = "unclosed \\boxed" if has_unclosed_box(pred) else "no answer found"
+        return MathVerdict(False, gold_text, None, reason)
     cfg = CompareConfig(min_sig_digits=min_sig_digits)
+    gold_answer: Answer | None
+    parts = labelled_box_parts(str(gold))
     try:
-        gold_answer: Answer | None = parse_answer(gold_text)
+        if parts is not None:  # "\boxed{4} red and \boxed{9} blue": named parts, in this order
+            gold_text = ", ".join(parts)
+            gold_answer = Seq("tuple", tuple(parse_answer(p) for p in parts))
+        else:
+            gold_answer = parse_answer(gold_text)
     except AnswerParseError:
         gold_answer = None
     try:
@@ -93,6 +109,8 @@ def judge_math(gold: str | int | float, pred: str, *, min_sig_digits: int = 6) -
         return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")
     if answers_equal(gold_answer, pred_answer, cfg):
         return MathVerdict(True, gold_text, pred_text, "equal")
+    if equal_up_to_constants(gold_answer, pred_answer, cfg, problem=problem):
+        return MathVerdict(True, gold_text, pred_text, "equal up to renamed constants")
     return MathVerdict(False, gold_text, pred_text, "not equal")
 
 
@@ -113,18 +131,45 @@ def _gold_of(sample: dict, answer_field: str) -> str | int | float:
     return sample[answer_field]
 
 
-def _cache_key(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> Hashable:
+def _problem_of(sample: dict, problem_field: str | None) -> str | None:
+    problem = sample.get(problem_field) if problem_field else None
+    return problem if isinstance(problem, str) else None
+
+
+def _cache_key(
+    completion: str,
+    sample: dict,
+    *,
+    answer_field: str = "answer",
+    min_sig_digits: int = 6,
+    problem_field: str | None = "prompt",
+) -> Hashable:
     gold = _gold_of(sample, answer_field)
-    return (str(gold), extract_answer(completion), min_sig_digits)
+    return (str(gold), extract_answer(completion), min_sig_digits, _problem_of(sample, problem_field))
 
 
 @verifier("math", cache_key=_cache_key, score_range=(0.0, 1.0))
-def math_reward(completion: str, sample: dict, *, answer_field: str = "answer", min_sig_digits: int = 6) -> dict:
+def math_reward(
+    completion: str,
+    sample: dict,
+    *,
+    answer_field: str = "answer",
+    min_sig_digits: int = 6,
+    problem_field: str | None = "prompt",
+) -> dict:
     """1.0 when the completion's final answer equals ``sample[answer_field]``, else 0.0; ``None`` when the
     gold cannot be judged. Returns ``{"score", "extracted", "reason"}``.
 
+    ``sample[problem_field]`` (the prompt, optional; ``None`` to ignore it) is the question: an arbitrary
+    constant named in it is never renamed to match the gold (see :func:`judge_math`).
+
     Raises ``KeyError`` naming the field when the sample has no gold answer.
     """
-    verdict = judge_math(_gold_of(sample, answer_field), completion, min_sig_digits=min_sig_digits)
+    verdict = judge_math(
+        _gold_of(sample, answer_field),
+        completion,
+        min_sig_digits=min_sig_digits,
+        problem=_problem_of(sample, problem_field),
+    )
     score = None if verdict.equal is None else float(verdict.equal)
     return {"score": score, "extracted": verdict.pred_answer, "reason": verdict.reason}

@@ -5,22 +5,31 @@ Rules, each a known failure of looser checkers:
 * exact numbers compare exactly (``1/2004!`` is not ``1/2006!``; ``10^{100}+1`` is not ``10^{100}``);
   math-verify rounds both sides to 6 decimals, which merges them;
 * a decimal matches an exact value that is not equal to it only when it has at least ``min_sig_digits``
-  significant digits and is within one unit of its last digit relative to its size (``4.123105625617661``
-  is ``\\sqrt{17}``; ``3.14`` is not ``\\pi``; ``0.3333`` is not ``1/3``); two decimals must be equal;
+  significant digits and the exact value rounds to it at the precision it is written in
+  (``4.123105625617661`` is ``\\sqrt{17}``; ``0.333333`` is ``1/3`` but ``0.333334`` is not; ``3.14`` is not
+  ``\\pi``; ``0.3333`` is not ``1/3``); two decimals must be equal;
 * expressions with variables are equal when their difference expands to 0, or when they agree at several
   fixed sample points (catches trig identities ``\\tan^2 y + 1 = \\sec^2 y`` that ``simplify`` misses);
 * tuples keep order, sets and bare lists do not; a tuple never equals a set; a hedged answer (``3, 5`` for
-  ``3``) is a list with more elements than the gold, so it is wrong;
-* ``x = 3`` equals ``3`` when ``x`` is a name (``k``, ``f(x)``, ``A:B``), not when it is an equation
-  (``a + 3z = 0`` is not ``0``); equations are equal when one is a nonzero multiple of the other,
-  inequalities when one is a positive multiple (``-x > -1`` is ``x < 1``); a one-variable relation
-  equals the interval it describes (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
+  ``3``) is a list with more elements than the gold, so it is wrong; when one side names its parts
+  (``AB=4, CD=5``) and the other gives bare values, the values must come in the same order (``4, 5``);
+* ``x = 3`` equals ``3`` when ``x`` is a name (``k``, ``f(x)``, ``f(2)``, ``P(A)``, ``|AB|``, ``A:B``), not
+  when it is an equation (``a + 3z = 0`` is not ``0``; ``|z| = 5`` is a locus, not ``5``); equations are
+  equal when one is a nonzero multiple of the other, inequalities when one is a positive multiple
+  (``-x > -1`` is ``x < 1``); a one-variable relation equals the interval it describes
+  (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
 * units must agree when both sides name known units; percent and degrees convert (``28\\%`` is ``28`` and
-  ``0.28``; ``30^\\circ`` is ``\\pi/6``).
+  ``0.28``; ``30^\\circ`` is ``\\pi/6``);
+* general solutions are equal up to renaming the arbitrary constants that appear on one side only and not
+  in the problem (:func:`equal_up_to_constants`: ``A + B/x - x`` is ``-x + C + D/x``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import math
+import re
 from dataclasses import dataclass
 
 import sympy
@@ -102,6 +111,13 @@ def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
     tuple_vs_set = gold.kind == "tuple" and pred.kind == "set"
     if tuple_vs_set or gold.kind == "set" and pred.kind == "tuple" and len(gold.items) > 1:
         return False
+    g_named, p_named = _names_parts(gold), _names_parts(pred)
+    if g_named != p_named and not _any_assignment((pred if g_named else gold).items):
+        # "AB=4, CD=5" vs "4, 5" (either way round): one side names the parts, the other gives the
+        # values in the same order
+        if len(gold.items) != len(pred.items):
+            return False
+        return all(answers_equal(g, p, cfg) for g, p in zip(gold.items, pred.items, strict=True))
     if gold.kind == "tuple" or pred.kind == "tuple" and _all_assignments(gold.items):
         if len(gold.items) != len(pred.items):
             return False
@@ -118,6 +134,16 @@ def _relations_only(seq: Seq) -> bool:
     return seq.kind == "list" and all(
         isinstance(i, Relation) and not (i.ops[0] == "=" and is_label(i.parts[0])) for i in seq.items
     )
+
+
+def _names_parts(seq: Seq) -> bool:
+    """``AB=4, CD=5``: two or more assignments to different names (not ``x = 1 or x = 2``, two roots)."""
+    labels = [i.parts[0] for i in seq.items if isinstance(i, Relation) and i.ops == ("=",) and is_label(i.parts[0])]
+    return len(seq.items) >= 2 and len(labels) == len(seq.items) and len(set(labels)) == len(labels)
+
+
+def _any_assignment(items: tuple[Answer, ...]) -> bool:
+    return any(isinstance(i, Relation) and is_label(i.parts[0]) for i in items)
 
 
 def _all_assignments(items: tuple[Answer, ...]) -> bool:
@@ -210,7 +236,7 @@ def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
     if not all(op in ("=", "~", "in") for op in rel.ops):
         return None
     named = is_label(rel.parts[0])
-    if not (named or lenient or len(rel.ops) >= 2):
+    if not (named or lenient or len(rel.ops) >= 2 or _numeric_identity(rel)):
         return None
     if "~" not in rel.ops:
         return [rel.parts[-1]]
@@ -222,24 +248,62 @@ def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
     return values
 
 
+def _numeric_identity(rel: Relation) -> bool:
+    """``\\binom{5}{2} = 10``: two closed-form numbers that are equal; the right side is the answer."""
+    if rel.ops != ("=",) or not _sides_are_scalars(rel):
+        return False
+    lhs, rhs = (p.value for p in rel.parts if isinstance(p, Scalar))
+    if lhs.free_symbols or rhs.free_symbols:
+        return False
+    return _numbers_equal(lhs, rhs, None, None, CompareConfig())
+
+
 def _is_rounding_of(approx: Answer, exact: Answer) -> bool:
     if not (isinstance(approx, Scalar) and isinstance(exact, Scalar)) or approx.too_large or exact.too_large:
         return False
     a, e = approx.value, exact.value
     if not (isinstance(a, sympy.Expr) and isinstance(e, sympy.Expr)) or a.free_symbols or e.free_symbols:
         return False
+    if approx.decimal_digits is None:
+        try:
+            return abs(float(a) - float(e)) <= 0.5
+        except (TypeError, ValueError):
+            return False
+    return rounds_to(a, approx.decimal_digits, e)
+
+
+def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
+    """True when ``exact`` rounded to ``sig_digits`` significant digits is ``approx``: the decimal is the
+    exact value at the precision it is written in (``0.333333`` for ``1/3``, not ``0.333334``; ``0.666667``
+    for ``2/3``). Exact arithmetic: ``|approx - exact| <= 0.5`` units of the decimal's last digit.
+
+    Args:
+        approx: the decimal's value (an exact rational for a plain decimal literal); nonzero.
+        sig_digits: significant digits it was written with (``0.3330`` has 4).
+        exact: the exact value it claims to approximate; a number, no free symbols.
+    """
+    if sig_digits < 1:
+        raise ValueError(f"sig_digits must be >= 1, got {sig_digits}")
     try:
-        av, ev = float(a), float(e)
+        size = abs(complex(approx.evalf(30)))
     except (TypeError, ValueError):
         return False
-    if approx.decimal_digits is None:
-        return abs(av - ev) <= 0.5
-    if av == 0:
+    if size == 0 or not _finite(size):
         return False
-    import math
-
-    unit = 10.0 ** (math.floor(math.log10(abs(av))) - approx.decimal_digits + 1)
-    return abs(av - ev) <= 0.5 * unit * (1 + 1e-9)
+    exponent = math.floor(math.log10(size))
+    if approx.is_Rational:  # exact decade, so 0.1 or 1000.0 on a power of ten cannot be off by one
+        magnitude = abs(sympy.Rational(approx))
+        while magnitude >= sympy.Integer(10) ** (exponent + 1):
+            exponent += 1
+        while magnitude < sympy.Integer(10) ** exponent:
+            exponent -= 1
+    half_unit = sympy.Rational(1, 2) * sympy.Integer(10) ** (exponent - sig_digits + 1)
+    try:
+        diff = abs(complex((approx - exact).evalf(sig_digits + 30)))
+    except (TypeError, ValueError, ArithmeticError):
+        return False
+    # compare at high precision: diff and half_unit are both far from float's 1e-308 floor here
+    return diff <= float(half_unit) * (1 + 1e-12)
 
 
 def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) -> bool:
@@ -427,20 +491,12 @@ def _numbers_equal(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int |
         return False
     if diff_abs <= scale * 10.0 ** (-min(cfg.exact_digits, 300)) or diff == 0:
         return True
-    return _decimal_close(g, p, g_dec, p_dec, cfg, a, b)
+    return _decimal_close(g, p, g_dec, p_dec, cfg)
 
 
-def _decimal_close(
-    g: sympy.Expr,
-    p: sympy.Expr,
-    g_dec: int | None,
-    p_dec: int | None,
-    cfg: CompareConfig,
-    a: complex | None = None,
-    b: complex | None = None,
-) -> bool:
-    """One side has decimals with enough significant digits, the other none: equal within one unit of the
-    decimal's last significant digit, relative to its size."""
+def _decimal_close(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int | None, cfg: CompareConfig) -> bool:
+    """One side has decimals with enough significant digits, the other none: equal when the exact value
+    rounds to the decimal at the precision it is written in (:func:`rounds_to`)."""
     if (g_dec is None) == (p_dec is None):
         return False  # both exact (already compared exactly) or both decimals (must be equal)
     digits = g_dec if g_dec is not None else p_dec
@@ -450,13 +506,8 @@ def _decimal_close(
     exact = p if g_dec is not None else g
     if exact.is_Rational and _terminating_digits(exact) is not None and _terminating_digits(exact) <= digits:
         return False  # 3.0000001 is not 3: an exact value this short could have been written exactly
-    try:
-        a = a if a is not None else complex(g.evalf(30))
-        b = b if b is not None else complex(p.evalf(30))
-    except (TypeError, ValueError):
-        return False
-    approx = a if g_dec is not None else b
-    return abs(a - b) <= abs(approx) * 10.0 ** (1 - digits)
+    approx = g if g_dec is not None else p
+    return rounds_to(approx, digits, exact)
 
 
 def _terminating_digits(value: sympy.Rational) -> int | None:
@@ -514,3 +565,89 @@ def _simplify_zero(e: sympy.Expr) -> bool:
         return sympy.simplify(e) == 0
     except Exception:  # noqa: BLE001
         return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arbitrary constants
+
+_MAX_RENAMED = 4
+# Names that read as arbitrary constants: capitals (C, D, K), subscripted names (C_1, c_2, k_1) and the
+# integer constants n, k, m, c. Lower-case a, b, x, y... are parameters or variables and are never renamed.
+_CONSTANT_NAME = re.compile(r"^(?:[A-Z]|[A-Za-z]_\{?[A-Za-z0-9]{1,3}\}?|[ckmn])$")
+
+
+def equal_up_to_constants(
+    gold: Answer, pred: Answer, cfg: CompareConfig = CompareConfig(), problem: str | None = None
+) -> bool:
+    """True when ``pred`` equals ``gold`` after renaming its arbitrary constants: ``Y(x) = A + B/x - x`` is
+    ``Y(x) = -x + C + D/x``; ``y = A e^{-x} + B e^{x}`` is ``y = C_1 e^{x} + C_2 e^{-x}``.
+
+    Only constants that appear on one side alone are renamed, one to one (up to 4, every pairing tried),
+    only names that read as constants (see ``_CONSTANT_NAME``), and only when both sides share a variable
+    (``x``, or the ``y`` of ``y = ...``): two bare names ``K`` and ``M`` are not a renamed solution. A name that appears in ``problem``
+    (the question, when known) is given, not arbitrary, and is never renamed; without the problem, a
+    renamed given parameter would pass, so pass it where you have it.
+    """
+    g_free, p_free = _free_symbols(gold), _free_symbols(pred)
+    if not g_free & p_free:
+        return False  # a general solution has a variable both sides share; "K" vs "M" is two names
+    g_only = sorted((s for s in g_free - p_free if _renamable(s, problem)), key=str)
+    p_only = sorted((s for s in p_free - g_free if _renamable(s, problem)), key=str)
+    if not g_only or len(g_only) != len(p_only) or len(g_only) > _MAX_RENAMED:
+        return False
+    if len(g_only) != len(g_free - p_free) or len(p_only) != len(p_free - g_free):
+        return False  # a one-sided name that is not a free constant (a variable, a given): no renaming
+    for perm in itertools.permutations(g_only):
+        renamed = _subs_answer(pred, dict(zip(p_only, perm, strict=True)))
+        if renamed is not None and answers_equal(gold, renamed, cfg):
+            return True
+    return False
+
+
+def _renamable(symbol: sympy.Symbol, problem: str | None) -> bool:
+    name = str(symbol)
+    if not _CONSTANT_NAME.match(name):
+        return False
+    if problem is None:
+        return True
+    base, _, sub = name.partition("_")
+    sub = sub.strip("{}")
+    spelled = rf"{re.escape(base)}_\{{?{re.escape(sub)}\}}?" if sub else re.escape(base)
+    # where the problem writes math in $...$, only its math names things ("A ball..." names nothing)
+    math = [m.group() for m in _PROBLEM_MATH.finditer(problem)]
+    where = " ".join(math) if math else problem
+    return re.search(rf"(?<![A-Za-z\\]){spelled}(?![A-Za-z0-9])", where) is None
+
+
+_PROBLEM_MATH = re.compile(r"\$\$[^$]{1,3000}\$\$|\$[^$]{1,3000}\$|\\\(.{1,3000}?\\\)|\\\[.{1,3000}?\\\]", re.DOTALL)
+
+
+def _free_symbols(answer: Answer) -> set[sympy.Symbol]:
+    if isinstance(answer, Scalar):
+        return set(answer.value.free_symbols) if isinstance(answer.value, sympy.Basic) else set()
+    if isinstance(answer, Region):
+        return set(answer.value.free_symbols)
+    if isinstance(answer, (Seq, Relation)):
+        items = answer.items if isinstance(answer, Seq) else answer.parts
+        return set().union(*(_free_symbols(i) for i in items))
+    return set()
+
+
+def _subs_answer(answer: Answer, mapping: dict[sympy.Symbol, sympy.Symbol]) -> Answer | None:
+    """``answer`` with its symbols renamed (simultaneously); None when sympy cannot substitute."""
+    try:
+        if isinstance(answer, Scalar):
+            if answer.too_large:
+                return None
+            return dataclasses.replace(answer, value=answer.value.subs(mapping, simultaneous=True))
+        if isinstance(answer, Region):
+            return Region(answer.value.subs(mapping, simultaneous=True))
+        if isinstance(answer, Seq):
+            items = [_subs_answer(i, mapping) for i in answer.items]
+            return None if any(i is None for i in items) else dataclasses.replace(answer, items=tuple(items))
+        if isinstance(answer, Relation):
+            parts = [_subs_answer(p, mapping) for p in answer.parts]
+            return None if any(p is None for p in parts) else Relation(answer.ops, tuple(parts))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return answer

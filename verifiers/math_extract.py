@@ -4,14 +4,22 @@ Order of evidence (the first that exists wins):
 
 1. The text after the last ``</think>`` (a reasoning block is never the answer), cut at the first
    chat-template token such as ``<|im_start|>`` (the model began a new turn).
-2. The last ``<answer>...</answer>`` block narrows the search to its content.
-3. The last *group* of ``\\boxed{}``/``\\fbox{}``: boxes joined only by separators (commas, "and",
+2. The final answer is the one given last: a closed ``\\boxed{}`` after the last ``</answer>`` wins
+   (``<answer>4</answer> so \\boxed{3}`` -> ``3``); otherwise the last ``<answer>...</answer>`` block
+   narrows the search to its content.
+3. A ``\\boxed{`` that never closes (a completion cut off at the length limit) is no answer at all: the
+   cut-off ``\\boxed{12`` may have been ``\\boxed{123}`` (see :func:`has_unclosed_box`).
+4. The last *group* of ``\\boxed{}``/``\\fbox{}``: boxes joined only by separators (commas, "and",
    ``\\quad``, ``\\text{ and }``, labels like ``y_2 =``) form one multi-part answer
    (``\\boxed{1}, \\boxed{2}``); boxes split by prose are self-corrections and only the last counts
    (``\\boxed{41} ... wait ... \\boxed{42}`` -> ``42``).
-4. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
-5. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``).
-6. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
+5. The last anchor phrase: "final answer is", "the answer is", "Answer:", "the correct choice is".
+6. A region that is itself a bare answer (``\\frac{1}{2}``, ``x = 10``, ``$1$ and $2$``,
+   ``AB = 4, CD = 5``), or one option with its text (``E: the third listed risk factor``).
+7. An answer stated first and then explained, in a short opening (at most two sentences) before a cue
+   such as "Here is how", "To see why", "Explanation:", ", because": "There are 10 objects. Here is how
+   to count them: ... (5) ... (4)" -> ``10``; unless the explanation concludes anew ("So there are 12.").
+8. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
    its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
 
 :func:`extract_answer` is idempotent on what it returns, and runs in time linear in the response length
@@ -42,6 +50,8 @@ _BOX_SEPARATOR = re.compile(
     r"\\(?:text|textrm|mbox|mathrm)\s*\{[^{}]{0,40}\}|"
     r"[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=)*$"
 )
+# Words between the boxes of one gold sentence: "\boxed{1} papers and \boxed{2} bins".
+_PART_WORDS = re.compile(r"^[\s,;$]*(?:[A-Za-z][A-Za-z'\-]*[\s,;$]*){1,6}$")
 _CORRECTION_WORDS = re.compile(
     r"\b(?:wait|but|however|actually|no|not|wrong|mistake|instead|recheck|rechecking|correct|hmm|oops)\b",
     re.IGNORECASE,
@@ -74,8 +84,23 @@ _NUMBER = re.compile(
     r"(?:\s*(?:%|\\%|percent\b))?"
     r"(?![A-Za-z0-9_])"
 )
-_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}(?![A-Za-z^_{])")  # "Ke^{2x}" is math, not a word
+_CHOICE_WITH_TEXT = re.compile(r"\(?[A-J]\)?\s*[:.)]\s+[A-Za-z]")  # an option letter, then its text
 _CONNECTOR_WORDS = frozenset({"and", "or", "to"})
+# A sentence that starts explaining an answer already given; and one that concludes anew.
+_EXPLANATION_CUE = re.compile(
+    r"(?:(?<=[.!?])\s+|\n\s*|,\s+(?:and\s+)?)(?:"
+    r"here(?:\s+is|'s|\s+are)\s+(?:how|why|the\s+(?:breakdown|reasoning|explanation|count|steps?)|a\s+breakdown)|"
+    r"to\s+see\s+(?:why|this|how)|(?:this\s+is\s+)?because|let\s+me\s+(?:explain|show|count|break)|to\s+explain|"
+    r"the\s+reason\s+is|(?:explanation|reasoning|breakdown|justification|why|how)\s*:)",
+    re.IGNORECASE,
+)
+_CONCLUSION = re.compile(
+    r"(?:(?<=[.!?:])\s+|\n\s*)(?:(?:so|therefore|thus|hence|in\s+total|altogether|in\s+all|overall|finally|"
+    r"in\s+conclusion|that\s+(?:gives|makes)|this\s+(?:gives|makes)|we\s+get)\b|"
+    r"(?:the\s+)?(?:result|total|answer|sum)\s*(?:is\b|:|=))",
+    re.IGNORECASE,
+)
 _TRUNCATED_END = re.compile(r"(?:[=+\-*/^(\\,]|\\(?:times|cdot|frac|sqrt))\s*$")
 
 
@@ -134,6 +159,8 @@ def extract_answer(completion: str) -> str | None:
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
     text = _final_region(completion)
+    if _has_unclosed_box(text):
+        return None  # a cut-off "\boxed{12" may have been "\boxed{123}": no answer, never a guess
     boxes = find_boxed_spans(text)
     anchor = _last_anchor(text)
     if boxes:
@@ -150,6 +177,11 @@ def extract_answer(completion: str) -> str | None:
     stripped = _strip_outer(text)
     if stripped and _is_bare_answer(stripped):
         return stripped
+    if _CHOICE_WITH_TEXT.match(stripped) and "\n" not in stripped and len(stripped) <= 300:
+        return stripped  # the whole response is one option: "E: the third listed risk factor"
+    stated = _stated_before_explanation(text)
+    if stated is not None:
+        return stated
     return _last_statement(text)
 
 
@@ -165,10 +197,35 @@ def _final_region(completion: str) -> str:
     if open_at >= 0:
         inner = text[open_at + len(_ANSWER_OPEN) :]
         close_at = inner.find(_ANSWER_CLOSE)
+        after = inner[close_at + len(_ANSWER_CLOSE) :] if close_at >= 0 else ""
         inner = inner[:close_at] if close_at >= 0 else inner
-        if inner.strip():
+        if _BOX_COMMAND.search(after):  # "<answer>4</answer> so \boxed{3}": the box is the final answer
+            text = after
+        elif inner.strip():
             text = inner
     return _HOPE.sub("", text)
+
+
+def has_unclosed_box(completion: str) -> bool:
+    """True when the part of ``completion`` searched for the answer (see :func:`extract_answer`) holds a
+    ``\\boxed{``/``\\fbox{`` whose brace never closes, e.g. a response cut off at the length limit
+    (``... so \\boxed{\\frac{1}{2}``). :func:`extract_answer` returns ``None`` for such a response."""
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+    return _has_unclosed_box(_final_region(completion))
+
+
+def _has_unclosed_box(text: str) -> bool:
+    if not _BOX_COMMAND.search(text):
+        return False
+    pairs = _brace_pairs(text)
+    for match in _BOX_COMMAND.finditer(text):
+        i = match.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{" and i not in pairs:
+            return True
+    return False
 
 
 def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
@@ -181,6 +238,36 @@ def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
     contents = [content for _, _, content in group]
     deduped = [c for i, c in enumerate(contents) if c.strip() not in [d.strip() for d in contents[:i]]]
     return deduped
+
+
+def labelled_box_parts(gold: str) -> list[str] | None:
+    """The parts of a gold answer given as boxes in one sentence, each named by the words around it
+    (``\\boxed{4} red and \\boxed{9} blue`` -> ``["4", "9"]``), in order; None for any other shape.
+
+    For golds only: a reference answer does not correct itself, so words between its boxes label the
+    parts. In a model response the same words may be a hedge or a correction (only the last box counts
+    there, see :func:`extract_answer`). Boxes joined by separators alone (``\\boxed{1}, \\boxed{2}``) or
+    by "or" are not this shape.
+    """
+    if not isinstance(gold, str):
+        raise TypeError(f"gold must be a str, got {type(gold).__name__}")
+    region = _final_region(gold)
+    boxes = find_boxed_spans(region)
+    group = boxes[-1:]
+    labelled = False
+    for prev in reversed(boxes[:-1]):
+        between = region[prev[1] : group[0][0]]
+        words = re.findall(r"[A-Za-z]+", between)
+        if len(between) > 60 or not _PART_WORDS.match(between) or _CORRECTION_WORDS.search(between):
+            break
+        if any(w.lower() == "or" for w in words):
+            return None
+        labelled = labelled or any(w.lower() not in _CONNECTOR_WORDS for w in words)
+        group.insert(0, prev)
+    if len(group) < 2 or not labelled:
+        return None
+    parts = [_strip_outer(content) for _, _, content in group]
+    return parts if all(parts) else None
 
 
 def _last_anchor(text: str) -> tuple[int, str] | None:
@@ -244,6 +331,8 @@ def _reduce(candidate: str) -> str | None:
         return None
     if _TRUNCATED_END.search(candidate):
         return None
+    if _CHOICE_WITH_TEXT.match(candidate):  # "The answer is C: the second option."
+        return _strip_outer(candidate)
     envs = list(_MATH_ENV.finditer(candidate))
     if envs:
         outside = _MATH_ENV.sub(" ", candidate)
@@ -299,6 +388,7 @@ def _is_bare_answer(text: str) -> bool:
     outside = re.sub(
         r"\\(?:text|textrm|textbf|textnormal|mbox|mathrm|operatorname|begin|end)\s*\{[^{}]*\}", " ", outside
     )
+    outside = _PART_LABEL.sub(" ", outside)  # "AB=4, CD=5": segment names, not prose
     words = [w.lower() for w in _WORD.findall(outside)]
     from verifiers.math_units import is_unit_word
 
@@ -307,6 +397,9 @@ def _is_bare_answer(text: str) -> bool:
         return False  # "Soucis : 2,74" is a sentence with a number in it, not an answer
     return len(prose) <= 1 and len(words) <= 4
 
+
+# A name on the left of "=": "AB =", "|AB| =", "CD_1 =", "width =" (a labelled part of a multi-part answer).
+_PART_LABEL = re.compile(r"(?<![A-Za-z\\])\|?[A-Za-z]{1,12}\|?(?:_\{?\w{1,4}\}?)?\s*(?==)")
 
 _MATH_WORDS = frozenset(
     {"sqrt", "pi", "exp", "log", "ln", "sin", "cos", "tan", "sec", "csc", "cot", "infty", "inf", "infinity", "frac"}
@@ -343,6 +436,20 @@ def _last_statement(text: str) -> str | None:
         if re.search(r"\d|\$|\\\(|\\\[", sentence):
             return _reduce(sentence)
     return None
+
+
+def _stated_before_explanation(text: str) -> str | None:
+    """The answer of a response that states it and then explains it ("The total is 7. To see why: first 2
+    apples, then 3 pears, then 2 plums."): the last statement of the opening (at most two sentences, 300
+    characters) before the first explanation cue, as long as the explanation draws no conclusion of its own
+    ("... So there are 12."), which would be the answer."""
+    cue = _EXPLANATION_CUE.search(text)
+    if cue is None or _CONCLUSION.search(text, cue.end()):
+        return None
+    head = text[: cue.start()]
+    if not re.search(r"\d|\$|\\\(|\\\[", head) or len(head) > 300 or len(_split_sentences(head)) > 2:
+        return None  # the answer must open the response; a long derivation is not a stated answer
+    return _last_statement(head.rstrip().rstrip(":"))
 
 
 def _split_sentences(text: str) -> list[str]:

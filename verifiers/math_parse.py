@@ -108,8 +108,14 @@ _RELATION_RE = re.compile(r"\\(?:approx|simeq|equiv|leqslant|geqslant|leq|geq|le
 _LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
 _DECIMAL_RE = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
-_IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])")
+# "i" as the imaginary unit, not a subscript or bound index ("x_i", "x_{i}", "\\sum_{i=1}"); "e^{i\\pi}" counts
+_IMAGINARY_RE = re.compile(r"(?<![A-Za-z\\_{])i(?![A-Za-z])|(?<!_\{)(?<=\{)i(?![A-Za-z])")
 _CHOICE_RE = re.compile(r"^\(?([A-J])\)?$|^\(([A-J])\)\s*\S")  # "C", "(C)", "(C) 42" (the option's text)
+# "E: the third listed risk factor", "B. 42", "D) none": a letter, then the option's text
+_CHOICE_TEXT_RE = re.compile(r"^\(?([A-J])\)?\s*[:.)]\s+\S")
+# another option letter, a list separator or "or" in the text makes it a hedge ("(A) and (B)", "A: first,
+# or B", "C: the second option, 7" from two boxes), not one option
+_OPTION_MARK_RE = re.compile(r"(?<![A-Za-z\\{])[A-J](?![A-Za-z])|[,;]|(?<![A-Za-z])or(?![A-Za-z])")
 _BASE_RE = re.compile(r"^(\d+)_\{?(\d{1,2})\}?$")
 _RATIO_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)$")
 _THOUSANDS_RE = re.compile(r"^-?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")
@@ -137,6 +143,10 @@ def parse_answer(text: str, *, decimal_comma: bool = False) -> Answer:
 
 @lru_cache(maxsize=4096)
 def _parse_top(s: str, decimal_comma: bool) -> Answer:
+    unwrapped = re.sub(r"^\\text\s*\{([^{}]*)\}$", r"\1", s).strip()  # "\text{C: the second option}"
+    choice = _CHOICE_TEXT_RE.match(unwrapped)
+    if choice and not _OPTION_MARK_RE.search(unwrapped, choice.end() - 1):  # one option, not a hedge
+        return Choice(choice.group(1))
     parts = _split_top(s, ";")
     if len(parts) > 1:
         return Seq("list", tuple(_as_record(_parse_group(p, decimal_comma)) for p in parts if p.strip()))
@@ -396,19 +406,44 @@ def _is_assignment(answer: Answer) -> bool:
 
 
 def is_label(answer: Answer) -> bool:
-    """True for the name side of an assignment: ``x``, ``f(x)``, ``y_1``, ``A:B``, ``NO/BO``, ``(p, q)``."""
+    """True for the name side of an assignment: ``x``, ``f(x)``, ``f(2)``, ``P(A)``, ``y_1``, ``A:B``,
+    ``NO/BO``, ``(p, q)``, ``|AB|``, ``\\angle ABC``, a one-word name (``AB``, ``area``)."""
     if isinstance(answer, Choice):  # "D = (0, 1)": a capital letter on the left is a name
         return True
+    if isinstance(answer, Text):  # "AB = 4" (a segment), "area = 12", "P(X=2) = 1/4" (a probability)
+        return bool(re.fullmatch(r"[a-z]{1,12}|\\?[A-Za-z]{1,4}\s*\(.{1,40}\)", answer.text))
     if isinstance(answer, Seq):
+        if answer.kind == "list" and len(answer.items) == 1 and isinstance(answer.items[0], Text):
+            return bool(re.fullmatch(r"[a-z]{3,8}", answer.items[0].text))  # "[ABC] = 12": an area
         return answer.kind == "tuple" and all(is_label(i) for i in answer.items)
     if not isinstance(answer, Scalar) or answer.too_large or isinstance(answer.value, sympy.MatrixBase):
         return False
+    if _CALL_LABEL.fullmatch(answer.source.strip()):  # "f(-1)" parses as -f: read the text
+        return True
     return _symbols_only(answer.value)
+
+
+# A function's value by its usual names: "f(-1)", "g'(2)", "P(A)", "\Pr(A)", "E(X)", "Var(X)". Not "x(x+1)":
+# a variable times a bracket is an expression.
+_CALL_LABEL = re.compile(r"(?:[fghpqFGHPQE]'*|\\Pr|Var|Cov|\\operatorname\{[A-Za-z]+\})\s*\([^()]{1,40}\)")
+
+
+_TRIG = (sympy.sin, sympy.cos, sympy.tan, sympy.cot, sympy.sec, sympy.csc)
+# An angle's name: a vertex (A, B, C) or a Greek letter; "\sin x = 1/2" stays an equation to solve.
+_ANGLE_NAME = re.compile(r"[A-Z]|alpha|beta|gamma|theta|phi|varphi|psi|omega")
 
 
 def _symbols_only(e: sympy.Basic) -> bool:
     if isinstance(e, (sympy.Symbol, AppliedUndef)):
         return True
+    if isinstance(e, sympy.Abs):  # "|AB| = 1", "|\vec{a}| = 3": a length; "|z| = 5" stays a locus
+        names = [str(s) for s in e.args[0].free_symbols]
+        return _symbols_only(e.args[0]) and all(n.isupper() or n.startswith("vec{") for n in names)
+    if isinstance(e, _TRIG):  # "\sin A = 3/5", "\tan\theta = 2", "\cos\angle ABC = 1/2"
+        arg = e.args[0]
+        if isinstance(arg, sympy.Symbol):
+            return bool(_ANGLE_NAME.fullmatch(str(arg)))
+        return _symbols_only(arg) and sympy.Symbol("angle") in arg.free_symbols
     if isinstance(e, sympy.Pow):
         return e.args[1] == -1 and _symbols_only(e.args[0])
     if isinstance(e, sympy.Mul):
