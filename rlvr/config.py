@@ -446,6 +446,8 @@ class RewardModelTrainConfig(_Section):
     """eps: the pair's label is 1 - eps (robust to flipped preferences)."""
     eval_every: int = Field(0, ge=0)
     """Evaluate on the held-out pairs every N optimizer steps (0 = only at the end); the best model is kept."""
+    eval_before: bool = True
+    """Also evaluate the untrained model (random head) first: the baseline of ``summary.json``'s ``eval_before``."""
     ece_bins: int = Field(10, ge=2)
     bf16: bool = True
     """bf16 autocast for forward passes (CPU with native bf16 or GPU); the head and the loss stay fp32."""

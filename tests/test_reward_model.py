@@ -89,7 +89,7 @@ def test_all_pairs_from_one_forward_equal_the_pairwise_loop(rm):
         loss = bradley_terry_loss(rm(i, m), torch.tensor([0]), torch.tensor([1]), num_pairs=len(pairs)).loss
         loss.backward()
         total += float(loss.detach())
-    assert float(out.loss) == pytest.approx(total, rel=1e-5)
+    assert float(out.loss.detach()) == pytest.approx(total, rel=1e-5)
     for a, b in zip(grads, (p.grad for p in rm.parameters()), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 
@@ -280,11 +280,18 @@ def test_rm_train_and_eval_cli(tiny_dir, tmp_path, capsys):
     history = {h.pop("step"): h for h in summary["eval_history"]}
     assert len(history) == 5 and history[best] == ev  # evals at steps 5, 10, 15, 20 and 24; the best is kept
     assert ev["pairwise_accuracy"] == max(h["pairwise_accuracy"] for h in history.values())
+    assert summary["eval_before"]["n_pairs"] == ev["n_pairs"]  # the untrained baseline on the same pairs
     assert json.loads((run / "model" / "rlvr_reward_model.json").read_text())["step"] == best
     capsys.readouterr()
     assert main(["rm", "eval", str(run), "--file", str(eval_file)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["n_pairs"] == 36 and printed["pairwise_accuracy"] >= 0.9 and 0 <= printed["ece"] <= 1
+    # the run's own held-out pairs, re-scored by the saved model, give the kept model's eval (fp32 both times)
+    assert main(["rm", "eval", str(run / "model"), "--file", str(run / "eval_pairs.jsonl")]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["n_pairs"] == ev["n_pairs"] == 30
+    assert again["pairwise_accuracy"] == pytest.approx(ev["pairwise_accuracy"])
+    assert again["ece"] == pytest.approx(ev["ece"], abs=1e-5)
     assert main(["config", "check", str(recipe)]) == 0
 
 

@@ -25,10 +25,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
     summary = train_reward_model(recipe, run_dir)
-    ev = summary["eval"]
+    ev, before = summary["eval"], summary.get("eval_before")
+    if before:
+        print(f"untrained (random head): pairwise accuracy {before['pairwise_accuracy']:.3f}  ECE {before['ece']:.3f}")
     if ev:
         print(f"held-out pairs: {ev['n_pairs']} ({ev['n_prompts']} prompts)  pairwise accuracy "
-              f"{ev['pairwise_accuracy']:.3f}  ECE {ev['ece']:.3f}  length correlation {ev['length_correlation']}  "
+              f"{ev['pairwise_accuracy']:.3f}  ECE {ev['ece']:.3f}  length correlation "
+              f"{'n/a' if ev['length_correlation'] is None else format(ev['length_correlation'], '.3f')}  "
               f"(best of step {summary['best_step']}/{summary['steps']})")
     print(f"model: {summary['model']}  wall time: {summary['wall_time_s']:.0f} s  summary: {run_dir / 'summary.json'}")
     return 0

@@ -11,7 +11,7 @@ full step's mean loss. Held-out pairs are evaluated every ``train.eval_every`` s
 best pairwise accuracy (lower loss breaks ties) is the one saved in ``RUN_DIR/model``.
 
 Run directory: ``model/`` (HF format with the head), ``metrics.jsonl``, ``summary.json``, ``recipe.resolved.yaml``,
-``plots/reward_vs_length.png``.
+``eval_pairs.jsonl`` (the held-out pairs), ``plots/reward_vs_length.png``.
 """
 
 from __future__ import annotations
@@ -136,6 +136,14 @@ def _save_atomic(model: RewardModel, tokenizer: Any, target: Path, extra: dict[s
     tmp.rename(target)
 
 
+def write_pairs(groups: list, path: Path) -> None:
+    """Every pair of ``groups`` as a ``prompt``/``chosen``/``rejected`` JSONL row."""
+    with path.open("w") as fh:
+        for g in groups:
+            for c, r in g.pairs:
+                fh.write(json.dumps({"prompt": g.prompt, "chosen": g.responses[c], "rejected": g.responses[r]}) + "\n")
+
+
 def load_recipe_groups(recipe: RewardModelRecipe) -> tuple[list, list]:
     """(train, eval) preference groups of the recipe (split by prompt unless ``data.eval_source`` is given)."""
     data = recipe.data
@@ -168,6 +176,7 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
     pad_id = int(tokenizer.pad_token_id)
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_pairs(eval_groups, run_dir / "eval_pairs.jsonl")  # so `rlvr rm eval` can re-score the held-out pairs
     (run_dir / "recipe.resolved.yaml").write_text(
         yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120))
     model = RewardModel.from_backbone(model_path, revision=recipe.model.revision,
@@ -193,12 +202,15 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
     best_step = 0
     history: list[dict[str, Any]] = []
 
+    def evaluate() -> PairEval:
+        return evaluate_pairs(model, eval_tok, pad_id, micro_batch_size=cfg.micro_batch_size, bf16=cfg.bf16,
+                              ece_bins=cfg.ece_bins, margin=cfg.margin, eos_appended=recipe.data.append_eos)
+
     def run_eval(step: int) -> None:
         nonlocal best, best_step
         if not eval_tok:
             return
-        result = evaluate_pairs(model, eval_tok, pad_id, micro_batch_size=cfg.micro_batch_size, bf16=cfg.bf16,
-                                ece_bins=cfg.ece_bins, margin=cfg.margin, eos_appended=recipe.data.append_eos)
+        result = evaluate()
         logger.log(step, {f"eval/{k}": v for k, v in result.metrics.items()})
         history.append({"step": step, **result.metrics})
         m = result.metrics
@@ -208,6 +220,9 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
             best, best_step = result, step
             _save_atomic(model, tokenizer, run_dir / "model", {**extra, "step": step, "eval": m})
 
+    before = evaluate().metrics if eval_tok and cfg.eval_before else None  # the untrained model: a baseline
+    if before:
+        logger.log(0, {f"eval/{k}": v for k, v in before.items()})
     for step, groups in enumerate(plan, 1):
         # forward/backward per micro-batch of whole groups; each loss is over the step's pair count
         t_step = time.time()
@@ -239,6 +254,7 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
 
     summary: dict[str, Any] = {
         "eval": best.metrics if best else None,
+        "eval_before": before,
         "best_step": best_step if best else total,
         "eval_history": history,
         "steps": total,
