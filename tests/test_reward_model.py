@@ -105,9 +105,9 @@ def test_last_token_index_left_right_and_pad_equals_eos():
     input_ids = torch.tensor([[5, 6, eos, eos, eos]])
     mask = torch.tensor([[1, 1, 1, 0, 0]])
     assert last_token_index(mask).tolist() == [2]  # the first eos (the real one), not a pad, not the prompt
+    assert ((input_ids != eos).sum(-1) - 1).tolist() == [1]  # counting non-pad ids (the bug) lands on the prompt
     with pytest.raises(ValueError, match="no real token"):
         last_token_index(torch.tensor([[0, 0]]))
-    del input_ids
 
 
 def test_score_is_the_same_under_left_and_right_padding_and_pad_equals_eos(rm):
@@ -120,7 +120,7 @@ def test_score_is_the_same_under_left_and_right_padding_and_pad_equals_eos(rm):
             torch.testing.assert_close(rm(i, m), alone.squeeze(-1), rtol=1e-4, atol=1e-5)
     # the score is the head applied to the hidden state at the eos of `short`, read directly
     hidden = rm.backbone(input_ids=torch.tensor([short])).last_hidden_state[0, -1]
-    assert float(rm.head(hidden)) == pytest.approx(float(alone[1]), rel=1e-4, abs=1e-5)
+    assert float(rm.head(hidden).detach()) == pytest.approx(float(alone[1]), rel=1e-4, abs=1e-5)
 
 
 def test_hf_forward_reads_the_wrong_token_when_pad_equals_eos(rm):
@@ -304,3 +304,56 @@ def test_rm_recipe_errors_name_the_key(tmp_path, capsys):
     assert main(["rm", "train", str(recipe)]) == 2
     err = capsys.readouterr().err
     assert "unknown key 'train.label_smothing'" in err and "label_smoothing" in err
+
+
+# --------------------------------------------------------------------------------------------------------- pairs
+def test_pairs_from_group_pairs_correct_with_incorrect_distinct_texts():
+    import random
+    from rlvr.reward_model.pairs import pairs_from_group
+
+    texts = ["a", "b", "a", "c", "d", "e"]
+    correct = [True, False, True, False, None, False]
+    pairs = pairs_from_group(texts, correct, max_pairs=10, rng=random.Random(0))
+    assert sorted(pairs) == [("a", "b"), ("a", "c"), ("a", "e")]  # "a" twice counts once; "d" was not judged
+    assert len(pairs_from_group(texts, correct, max_pairs=2, rng=random.Random(0))) == 2
+    assert pairs_from_group(["a", "b"], [True, True], 4, random.Random(0)) == []  # all solved: no pair
+
+
+def test_rm_pairs_cli_on_the_tiny_model(tiny_dir, tmp_path, capsys):
+    import yaml
+    from rlvr.cli import main
+    from tests.tiny import tiny_recipe, write_addition_dataset
+
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    recipe = tmp_path / "policy.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_recipe(tiny_dir, data, rollout={"temperature": 1.5})))
+    out = tmp_path / "pairs.jsonl"
+    assert main(["rm", "pairs", str(recipe), "--out", str(out), "--prompts", "8", "--max-pairs", "2"]) == 0
+    printed = capsys.readouterr().out
+    stats = json.loads(printed[printed.index("{"):])  # after the progress lines
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows, "the tiny model's random completions should give some mixed groups"
+    assert stats["prompts"] == 8 and stats["samples"] == 32 and stats["pairs"] == len(rows)
+    from tests.tiny import starts_with_digit
+    for row in rows:
+        assert starts_with_digit(row["chosen"], {}) == 1.0 == row["chosen_score"]
+        assert starts_with_digit(row["rejected"], {}) == 0.0 == row["rejected_score"]
+        assert row["question"] in row["prompt"]
+    assert max(sum(r["prompt"] == p for r in rows) for p in {r["prompt"] for r in rows}) <= 2
+    load_preference_groups(out)  # a valid preference file
+
+
+# -------------------------------------------------------------------------------------------------------- config
+def test_reward_model_recipe_section():
+    from rlvr.config import RecipeError, resolve
+
+    base = {"data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]}
+    assert resolve(base).reward_model is None
+    one = resolve({**base, "reward_model": {"path": "runs/rm_demo"}}).reward_model
+    assert one.path == "runs/rm_demo" and one.aggregate == "mean"
+    ens = resolve({**base, "reward_model": {"paths": ["a", "b"], "aggregate": "mean_minus_std", "k": 0.5}})
+    assert ens.reward_model.paths == ["a", "b"] and ens.reward_model.k == 0.5
+    with pytest.raises(RecipeError, match="exactly one of reward_model.path"):
+        resolve({**base, "reward_model": {"path": "a", "paths": ["b", "c"]}})
+    with pytest.raises(RecipeError, match="reward_model.aggregate"):
+        resolve({**base, "reward_model": {"paths": ["a", "b"], "aggregate": "max"}})
