@@ -176,6 +176,7 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
     pad_id = int(tokenizer.pad_token_id)
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)  # a rerun into the same folder starts its metrics over
     write_pairs(eval_groups, run_dir / "eval_pairs.jsonl")  # so `rlvr rm eval` can re-score the held-out pairs
     (run_dir / "recipe.resolved.yaml").write_text(
         yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120))
