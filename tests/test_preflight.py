@@ -269,7 +269,21 @@ GPU_RECIPES = {  # recipe -> (ranks, GPU) as its header states
 
 def test_every_shipped_recipe_is_covered():
     shipped = {p.name for p in (REPO / "recipes").glob("*.yaml")}
-    assert shipped == set(GPU_RECIPES) | {"demo.yaml"}
+    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "rm_demo.yaml"}
+
+
+def test_the_reward_model_demo_recipe_passes(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/rm_demo.yaml"])
+    assert code == 0, out
+    assert "ok      data: datasets/larger_2d_pairs.jsonl: 223 prompts, 443 preference pairs" in out, out
+    assert "recipes/rm_demo.yaml: ok: 0 error(s)" in out
+
+
+def test_a_reward_model_recipe_with_a_missing_pairs_file_fails(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/rm_demo.yaml", "--set", "data.source.path=nowhere.jsonl"])
+    assert code == 1 and "error   data: preference file not found: nowhere.jsonl" in out, out
 
 
 @pytest.mark.parametrize("name", sorted(GPU_RECIPES))

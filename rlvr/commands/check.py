@@ -31,11 +31,13 @@ def _hub_offline(name: str) -> bool:
 
 def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[Any, Any, str | None]:
     """(report, recipe or None, the first training prompt or None) for the recipe at ``path``."""
-    from rlvr.config import RecipeError, load_recipe
+    from rlvr.config import RecipeError, load_recipe, load_recipe_dict
     from rlvr.preflight import Report, run_checks
 
     report = Report()
     try:
+        if load_recipe_dict(path).get("kind") == "reward_model":
+            return _check_reward_model_recipe(path, overrides, report), None, None
         recipe = load_recipe(path, overrides)
     except RecipeError as exc:
         report.add("error", "schema", f"{exc}\n({_USER_ERRORS_NOTE})")
@@ -110,6 +112,33 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
             reward_fn.close()
     first = prompt_set.train[0].text if prompt_set is not None and prompt_set.train else None
     return report, recipe, first
+
+
+def _check_reward_model_recipe(path: str, overrides: list[str], report: Any) -> Any:
+    """The checks that apply to a reward-model recipe (``kind: reward_model``): schema, preference data, model."""
+    from rlvr.config import RecipeError, load_reward_model_recipe
+    from rlvr.data.sources import DataError
+    from rlvr.models import ModelLoadError, resolve_model_path
+    from rlvr.reward_model.data import load_preference_groups
+
+    try:
+        recipe = load_reward_model_recipe(path, overrides)
+    except RecipeError as exc:
+        report.add("error", "schema", f"{exc}\n({_USER_ERRORS_NOTE})")
+        return report
+    report.add("ok", "schema", "the reward-model recipe validates")
+    for source in filter(None, (recipe.data.source, recipe.data.eval_source)):
+        try:
+            groups = load_preference_groups(source.path)
+            pairs = sum(len(g.pairs) for g in groups)
+            report.add("ok", "data", f"{source.path}: {len(groups)} prompts, {pairs} preference pairs")
+        except (DataError, OSError) as exc:
+            report.add("error", "data", str(exc))
+    try:
+        report.add("ok", "model", f"{recipe.model.name} -> {resolve_model_path(recipe.model.name)}")
+    except (ModelLoadError, OSError, ValueError) as exc:
+        report.add("skip" if _hub_offline(recipe.model.name) else "error", "model", str(exc))
+    return report
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
