@@ -3,8 +3,6 @@ and verifier failures on the step line."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 

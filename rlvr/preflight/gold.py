@@ -1,7 +1,7 @@
-"""Every answer verifier must score the dataset's own gold answer, written as the template asks for it (``\\boxed{gold}``
-for ``boxed``; ``<think>..</think><answer>\\boxed{gold}</answer>`` for ``r1``), as correct. A gold that does not verify
-against itself is a row the run cannot learn from, or a verifier wired to the wrong field; an unparseable gold that
-scores 1.0 or 0.0 is a known bug class (open-r1 #86, #215, #293)."""
+"""Every answer verifier must score the dataset's own gold answer, written as the template asks for it
+(``\\boxed{gold}`` for ``boxed``; ``<think>..</think><answer>\\boxed{gold}</answer>`` for ``r1``), as correct. A gold
+that does not verify against itself is a row the run cannot learn from, or a verifier wired to the wrong field; an
+unparseable gold that scores 1.0 or 0.0 is a known bug class (open-r1 #86, #215, #293)."""
 
 from __future__ import annotations
 

@@ -114,9 +114,11 @@ class GRPOTrainer:
         self.autocast_dtype = torch.bfloat16 if r.trainer.bf16 else None
         self.ref_model = None
         if r.algorithm.kl.beta > 0:
-            self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
+            with phase("loading the reference model", self.dist.is_main):
+                self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
-        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))", self.dist.is_main):
+        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))",
+                   self.dist.is_main):
             self.engine = self._init_deepspeed()
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
@@ -662,8 +664,8 @@ class GRPOTrainer:
         r = self.recipe
         start_time = time.perf_counter()
         if r.eval.enabled and self.eval_before is None:
-            k = 1 if r.eval.temperature == 0 else r.eval.k
-            with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k}", self.dist.is_main):
+            k_eval = 1 if r.eval.temperature == 0 else r.eval.k
+            with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k_eval}", self.dist.is_main):
                 result = self.evaluate()
             self.eval_before = result.as_dict() if result else None
             if self.eval_before:
