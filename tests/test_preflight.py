@@ -150,8 +150,12 @@ def test_an_end_of_turn_token_that_does_not_stop_generation_is_an_error(tiny, tm
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
     assert f"ok      eos: the template's end of turn '<|im_end|>' (id {end}) stops generation (stop ids [1, {end}])" \
         in out
-    assert f"warn    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [1, {end}]" in out
+    assert f"info    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [1, {end}]" in out
     assert code == 0, out
+    # lists that do not contain one another: two files disagree on what ends a response
+    _chat_model(tmp_path, generation_eos=["<|im_end|>"])
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert f"warn    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [{end}]" in out
 
 
 # ------------------------------------------------------------------------------------------------ gold
@@ -290,3 +294,17 @@ def test_the_demo_recipe_passes_every_check(capsys, monkeypatch):
         assert f"ok      {check}:" in out, (check, out)
     assert "recipes/demo.yaml: ok: 0 error(s), 0 warning(s), 0 check(s) skipped" in out
     assert "preset: grpo" in out and "clip_high: 0.2" in out  # --resolved
+
+
+# ------------------------------------------------------------------------------------------------ at the start of runs
+def test_train_eval_and_filter_stop_on_a_failed_check_before_loading_the_model(tiny, tmp_path, capsys):
+    model = _chat_model(tmp_path)  # its end-of-turn token does not stop generation
+    path = _write(tmp_path / "r.yaml", tiny_recipe(model, tiny[1]))
+    for argv in (["train", path, "-o", str(tmp_path / "run")], ["eval", str(model), "--recipe", path],
+                 ["filter", path, "--out", str(tmp_path / "f.jsonl")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "error: the recipe's pre-flight checks failed:\n  eos: the chat template ends an assistant turn with " \
+               "'<|im_end|>'" in err, (argv, err)
+        assert "Traceback" not in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "f.jsonl").exists()

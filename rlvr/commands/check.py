@@ -117,6 +117,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from rlvr.preflight import CheckOptions
     from rlvr.preflight.devices import parse_device_memory
 
+    if args.ranks is not None and args.ranks < 1:
+        raise ValueError(f"--ranks must be >= 1, got {args.ranks}")
     device = parse_device_memory(args.gpu_memory) if args.gpu_memory else None
     failed = False
     for path in args.recipes:

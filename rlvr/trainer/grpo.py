@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -83,7 +84,9 @@ class GRPOTrainer:
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None) -> None:
         self.recipe = recipe
         self.run_dir = Path(run_dir)
-        self.dist: DistInfo = init_distributed()
+        # the first DeepSpeed import on a machine builds its CPU communication op (~45 s, then cached)
+        with phase("distributed set-up (DeepSpeed)", int(os.environ.get("RANK", "0")) == 0):
+            self.dist: DistInfo = init_distributed()
         r = recipe
         self._seed_everything(r.seed + self.dist.rank)
         if r.rollout.prompts_per_step % self.dist.world_size:
