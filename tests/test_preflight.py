@@ -14,6 +14,7 @@ from rlvr.config import resolve
 from rlvr.preflight.devices import GIB, DeviceMemory, parse_device_memory
 from rlvr.preflight.memory import block_activation_bytes_per_token, estimate_memory
 from rlvr.preflight.model_shape import ModelShape
+from verifiers import verifier
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -308,3 +309,21 @@ def test_train_eval_and_filter_stop_on_a_failed_check_before_loading_the_model(t
                "'<|im_end|>'" in err, (argv, err)
         assert "Traceback" not in err
     assert not (tmp_path / "run").exists() and not (tmp_path / "f.jsonl").exists()
+
+
+@verifier("test_accepts_anything", score_range=(0.0, 1.0))
+def accepts_anything(completion: str, sample: dict) -> float:
+    return 1.0
+
+
+def test_a_verifier_that_scores_a_wrong_answer_as_the_gold_is_reported(tiny, tmp_path, capsys, monkeypatch):
+    from rlvr.preflight import gold
+
+    monkeypatch.setattr(gold, "BUILT_IN_ANSWER_CHECKS", {"math", "test_accepts_anything"})
+    raw = tiny_recipe(*tiny, verifiers=[{"name": "test_accepts_anything"}, {"name": "math"}],
+                      reward={"solved_verifier": None})
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert code == 1
+    assert f"error   gold: test_accepts_anything: a wrong answer ({gold.WRONG_ANSWER}) scores 1 against the gold on " \
+           f"every one of 16 sampled rows: the verifier accepts anything there" in out
+    assert "math: a wrong answer" not in out and "ok      gold: math: the gold of all 16 sampled rows scores 1" in out
