@@ -102,6 +102,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     if prompt_set is not None and verifiers_ok:
         reward_fn = RewardFunction(specs, num_workers=min(recipe.reward.num_workers, 2),
                                    failure_score=recipe.reward.failure_score)
+    elif prompt_set is not None:
+        report.add("skip", "gold", "not checked: a verifier does not resolve or its kwargs do not fit (above)")
     try:
         run_checks(recipe, specs, options, rows=rows, tokenizer=tokenizer, prompt_set=prompt_set, reward_fn=reward_fn,
                    model_path=model_path, report=report)
