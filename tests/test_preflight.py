@@ -216,10 +216,11 @@ def test_memory_by_zero_stage_offload_and_reference_by_hand():
     est = estimate_memory(_recipe(), {"policy": SHAPE}, gpu, ranks=4, max_prompt_tokens=32)
     parts = _parts(est)
     assert (parts["policy weights"], parts["policy gradients"], parts["policy Adam moments"]) == (4 * n, 4 * n, 8 * n)
-    # activations: 4 rows x (32 + 96) tokens x 2 layers x per-token block bytes; per token and block (bf16):
-    # 2 fp32 norm inputs 2*8*4 = 64, plus 2 bytes x (2 norm outs 16 + q 8 + k,v 8 + attn out 8 + gate/up/act/prod 64)
-    assert block_activation_bytes_per_token(SHAPE, 2) == 64 + 2 * (16 + 8 + 8 + 8 + 64) == 272
-    assert parts["activations"] == 4 * 128 * 2 * 272
+    # activations: 4 rows x (32 + 96) tokens x 2 layers x per-token block bytes; per token and block (bf16): two norms'
+    # fp32 input and output 4*8*4 = 128, plus 2 bytes x (2 norm outs 16 + q, k before/after rotary 2*8 + 2*4
+    # + SDPA q, k, v repeated, out 4*8 + o_proj input 8 + gate/up/act/prod 4*16)
+    assert block_activation_bytes_per_token(SHAPE, 2) == 128 + 2 * (16 + 16 + 8 + 32 + 8 + 64) == 416
+    assert parts["activations"] == 4 * 128 * 2 * 416
     assert parts["logits + their gradient"] == 2 * 4 * 96 * 100 * 2
     z2 = _parts(estimate_memory(_recipe(trainer={"zero_stage": 2}), {"policy": SHAPE}, gpu, ranks=4,
                                 max_prompt_tokens=32))
@@ -249,7 +250,7 @@ def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):
     raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "A100-40GB"])
     assert code == 1
-    assert "error   memory: 62.4 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
+    assert "error   memory: 63.2 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
            "largest part is reference weights (fp32, whole) (28.4 GiB): turn algorithm.kl.beta: 0" in out
     assert "vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence" in out
 
