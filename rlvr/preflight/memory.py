@@ -24,9 +24,8 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase; an error when it
 exceeds the device, a warning above 90%. Measured on a CPU (SmolLM2-135M, 4 x 128 tokens, bf16 autocast), the bytes
 autograd saves for backward are 2.5% below this count without checkpointing and 1.3% below with it
-(`benchmarks/bench_activation_memory.py`); the CPU demo's count,
-3.9 GiB, plus the 0.4 GiB the interpreter and libraries take, matches its measured peak RSS of 4.3 GiB. Not compared
-with a GPU yet.
+(``benchmarks/bench_activation_memory.py``); the CPU demo's count, 3.9 GiB, plus the 0.4 GiB the interpreter and
+libraries take, matches its measured peak RSS of 4.3 GiB. Not compared with a GPU yet.
 
 Adding a model (a critic, a reward model) is one line in :data:`EXTRA_MODELS`.
 """
