@@ -77,8 +77,9 @@ class GRPOTrainer:
         resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine).
         rollout_engine: inject an engine (tests); default: built from ``rollout.engine``.
     Raises:
-        rlvr.data.sources.DataError, rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume
-        without checkpoint): all before the model is loaded, except the last.
+        rlvr.data.sources.DataError, rlvr.models.ModelLoadError, KeyError (unknown verifier), VerifierKwargsError,
+        rlvr.preflight.PreflightError (a failed pre-flight check), FileNotFoundError (resume without checkpoint): all
+        before the model is loaded.
     """
 
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None) -> None:
