@@ -86,7 +86,7 @@ class GRPOTrainer:
         self.recipe = recipe
         self.run_dir = Path(run_dir)
         # the first DeepSpeed import on a machine builds its CPU communication op (~45 s, then cached)
-        with phase("distributed set-up (DeepSpeed)", int(os.environ.get("RANK", "0")) == 0):
+        with phase("distributed set-up (DeepSpeed)", int(os.environ.get("RANK", "0")) == 0, quiet_below_s=5.0):
             self.dist: DistInfo = init_distributed()
         r = recipe
         self._seed_everything(r.seed + self.dist.rank)
