@@ -68,8 +68,9 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     src = recipe.data.source
     try:
         rows = load_rows(recipe.data)
-        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}"
-                                 f"{''.join(f' ({k}: present)' for k in [recipe.data.prompt_field] if k)}")
+        fields = ", ".join(repr(f) for f in (recipe.data.prompt_field, recipe.data.answer_field) if f)
+        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}, "
+                                 f"each with {fields}")
     except DataError as exc:
         if src.type == "hf" and _hub_offline(src.name):
             report.add("skip", "data", f"hub dataset {src.name!r} not loadable with HF_HUB_OFFLINE=1: the prompt, "
