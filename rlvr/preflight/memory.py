@@ -223,6 +223,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
 
     kv_tokens = None
     engine = r.rollout.engine
+    if engine == "auto":  # `rollout.engine: auto` (being added): vLLM where a GPU is, else hf; the estimate's guess
+        engine = "vllm" if gpu else "hf"
     if engine == "vllm":
         share = r.rollout.vllm_gpu_memory_utilization * device.bytes if gpu else (
             2 * policy.params + 2 * GIB)  # vLLM's CPU backend: bf16 weights + VLLM_CPU_KVCACHE_SPACE (rlvr sets 2)
