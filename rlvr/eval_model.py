@@ -15,7 +15,8 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
     """pass@1 (± standard error), pass@k, maj@k, mean length of ``recipe.model`` on the recipe's held-out prompts.
 
     Raises:
-        DataError, ModelLoadError, UnknownVerifierError: before the model is loaded.
+        DataError, ModelLoadError, UnknownVerifierError, VerifierKwargsError, PreflightError: before the model is
+        loaded.
     """
     with recipe_inputs(recipe, CheckOptions(training=False, command="eval")) as inputs:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval

@@ -14,6 +14,7 @@ from rlvr.config import resolve
 from rlvr.preflight.devices import GIB, DeviceMemory, parse_device_memory
 from rlvr.preflight.memory import block_activation_bytes_per_token, estimate_memory
 from rlvr.preflight.model_shape import ModelShape
+from verifiers import verifier
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,8 +151,12 @@ def test_an_end_of_turn_token_that_does_not_stop_generation_is_an_error(tiny, tm
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
     assert f"ok      eos: the template's end of turn '<|im_end|>' (id {end}) stops generation (stop ids [1, {end}])" \
         in out
-    assert f"warn    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [1, {end}]" in out
+    assert f"info    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [1, {end}]" in out
     assert code == 0, out
+    # lists that do not contain one another: two files disagree on what ends a response
+    _chat_model(tmp_path, generation_eos=["<|im_end|>"])
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert f"warn    eos: EOS ids differ: tokenizer [1], config.json [1], generation_config [{end}]" in out
 
 
 # ------------------------------------------------------------------------------------------------ gold
@@ -211,10 +216,11 @@ def test_memory_by_zero_stage_offload_and_reference_by_hand():
     est = estimate_memory(_recipe(), {"policy": SHAPE}, gpu, ranks=4, max_prompt_tokens=32)
     parts = _parts(est)
     assert (parts["policy weights"], parts["policy gradients"], parts["policy Adam moments"]) == (4 * n, 4 * n, 8 * n)
-    # activations: 4 rows x (32 + 96) tokens x 2 layers x per-token block bytes; per token and block (bf16):
-    # 2 fp32 norm inputs 2*8*4 = 64, plus 2 bytes x (2 norm outs 16 + q 8 + k,v 8 + attn out 8 + gate/up/act/prod 64)
-    assert block_activation_bytes_per_token(SHAPE, 2) == 64 + 2 * (16 + 8 + 8 + 8 + 64) == 272
-    assert parts["activations"] == 4 * 128 * 2 * 272
+    # activations: 4 rows x (32 + 96) tokens x 2 layers x per-token block bytes; per token and block (bf16): two norms'
+    # fp32 input and output 4*8*4 = 128, plus 2 bytes x (2 norm outs 16 + q, k before/after rotary 2*8 + 2*4
+    # + SDPA q, k, v repeated, out 4*8 + o_proj input 8 + gate/up/act/prod 4*16)
+    assert block_activation_bytes_per_token(SHAPE, 2) == 128 + 2 * (16 + 16 + 8 + 32 + 8 + 64) == 416
+    assert parts["activations"] == 4 * 128 * 2 * 416
     assert parts["logits + their gradient"] == 2 * 4 * 96 * 100 * 2
     z2 = _parts(estimate_memory(_recipe(trainer={"zero_stage": 2}), {"policy": SHAPE}, gpu, ranks=4,
                                 max_prompt_tokens=32))
@@ -244,7 +250,7 @@ def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):
     raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "A100-40GB"])
     assert code == 1
-    assert "error   memory: 62.4 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
+    assert "error   memory: 63.2 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
            "largest part is reference weights (fp32, whole) (28.4 GiB): turn algorithm.kl.beta: 0" in out
     assert "vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence" in out
 
@@ -304,3 +310,35 @@ def test_the_demo_recipe_passes_every_check(capsys, monkeypatch):
         assert f"ok      {check}:" in out, (check, out)
     assert "recipes/demo.yaml: ok: 0 error(s), 0 warning(s), 0 check(s) skipped" in out
     assert "preset: grpo" in out and "clip_high: 0.2" in out  # --resolved
+
+
+# ------------------------------------------------------------------------------------------------ at the start of runs
+def test_train_eval_and_filter_stop_on_a_failed_check_before_loading_the_model(tiny, tmp_path, capsys):
+    model = _chat_model(tmp_path)  # its end-of-turn token does not stop generation
+    path = _write(tmp_path / "r.yaml", tiny_recipe(model, tiny[1]))
+    for argv in (["train", path, "-o", str(tmp_path / "run")], ["eval", str(model), "--recipe", path],
+                 ["filter", path, "--out", str(tmp_path / "f.jsonl")]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "error: the recipe's pre-flight checks failed:\n  eos: the chat template ends an assistant turn with " \
+               "'<|im_end|>'" in err, (argv, err)
+        assert "Traceback" not in err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "f.jsonl").exists()
+
+
+@verifier("test_accepts_anything", score_range=(0.0, 1.0))
+def accepts_anything(completion: str, sample: dict) -> float:
+    return 1.0
+
+
+def test_a_verifier_that_scores_a_wrong_answer_as_the_gold_is_reported(tiny, tmp_path, capsys, monkeypatch):
+    from rlvr.preflight import gold
+
+    monkeypatch.setattr(gold, "BUILT_IN_ANSWER_CHECKS", {"math", "test_accepts_anything"})
+    raw = tiny_recipe(*tiny, verifiers=[{"name": "test_accepts_anything"}, {"name": "math"}],
+                      reward={"solved_verifier": None})
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert code == 1
+    assert f"error   gold: test_accepts_anything: a wrong answer ({gold.WRONG_ANSWER}) scores 1 against the gold on " \
+           f"every one of 16 sampled rows: the verifier accepts anything there" in out
+    assert "math: a wrong answer" not in out and "ok      gold: math: the gold of all 16 sampled rows scores 1" in out

@@ -3,8 +3,6 @@ and verifier failures on the step line."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -75,3 +73,20 @@ def test_a_training_step_counts_failed_calls_per_verifier_and_prints_its_phases(
     for line in ("loading the policy from", "DeepSpeed engine (ZeRO-0, 1 rank(s)): done in",
                  "training: 1 step(s) of 4 prompts x 4 samples", "pre-flight checks (train): ok"):
         assert line in err, (line, err)
+
+
+def test_a_quick_quiet_phase_prints_nothing_and_a_slow_one_says_so(capsys):
+    import time
+
+    from rlvr.trainer.progress import phase
+
+    with phase("quick", quiet_below_s=5.0):
+        pass
+    assert capsys.readouterr().err == ""
+    with phase("slow", quiet_below_s=0.05):
+        time.sleep(0.3)
+    err = capsys.readouterr().err
+    assert err.startswith("slow ...\nslow: done in 0.") and err.count("\n") == 2
+    with phase("loud"):
+        pass
+    assert capsys.readouterr().err.startswith("loud ...\nloud: done in")

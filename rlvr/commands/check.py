@@ -70,8 +70,9 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     src = recipe.data.source
     try:
         rows = load_rows(recipe.data)
-        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}"
-                                 f"{''.join(f' ({k}: present)' for k in [recipe.data.prompt_field] if k)}")
+        fields = ", ".join(repr(f) for f in (recipe.data.prompt_field, recipe.data.answer_field) if f)
+        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}, "
+                                 f"each with {fields}")
     except DataError as exc:
         if src.type == "hf" and _hub_offline(src.name):
             report.add("skip", "data", f"hub dataset {src.name!r} not loadable with HF_HUB_OFFLINE=1: the prompt, "
@@ -104,6 +105,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     if prompt_set is not None and verifiers_ok:
         reward_fn = RewardFunction(specs, num_workers=min(recipe.reward.num_workers, 2),
                                    failure_score=recipe.reward.failure_score)
+    elif prompt_set is not None:
+        report.add("skip", "gold", "not checked: a verifier does not resolve or its kwargs do not fit (above)")
     try:
         run_checks(recipe, specs, options, rows=rows, tokenizer=tokenizer, prompt_set=prompt_set, reward_fn=reward_fn,
                    model_path=model_path, report=report)
@@ -146,6 +149,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from rlvr.preflight import CheckOptions
     from rlvr.preflight.devices import parse_device_memory
 
+    if args.ranks is not None and args.ranks < 1:
+        raise ValueError(f"--ranks must be >= 1, got {args.ranks}")
     device = parse_device_memory(args.gpu_memory) if args.gpu_memory else None
     failed = False
     for path in args.recipes:

@@ -1,7 +1,7 @@
-"""Every answer verifier must score the dataset's own gold answer, written as the template asks for it (``\\boxed{gold}``
-for ``boxed``; ``<think>..</think><answer>\\boxed{gold}</answer>`` for ``r1``), as correct. A gold that does not verify
-against itself is a row the run cannot learn from, or a verifier wired to the wrong field; an unparseable gold that
-scores 1.0 or 0.0 is a known bug class (open-r1 #86, #215, #293)."""
+"""Every answer verifier must score the dataset's own gold answer, written as the template asks for it
+(``\\boxed{gold}`` for ``boxed``; ``<think>..</think><answer>\\boxed{gold}</answer>`` for ``r1``), as correct. A gold
+that does not verify against itself is a row the run cannot learn from, or a verifier wired to the wrong field; an
+unparseable gold that scores 1.0 or 0.0 is a known bug class (open-r1 #86, #215, #293)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,13 @@ from verifiers.reward import RewardFunction, VerifierSpec
 NOT_ANSWER_CHECKS = {"overlong": "shapes length, has no gold", "length_penalty": "shapes length, has no gold",
                      "countdown": "the rows hold no gold equation", "code": "would run the sandbox"}
 """Built-in verifiers the gold check leaves out, and why."""
+WRONG_ANSWER = "-8675309.25"
+"""A number no gold is: the negative control a correctness verifier must score below its best."""
 BUILT_IN_ANSWER_CHECKS = {"math"}
 """Verifiers whose failure on every sampled gold is an error: the correctness reward would be constant, so no step
 could learn. A format reward failing every gold is a warning (the run still learns from the answer reward), and so is
-a custom verifier's (its answer format is its own)."""
+a custom verifier's (its answer format is its own). These verifiers also get the negative control: a wrong answer that
+scores as well as the gold means the verifier accepts anything for that gold."""
 
 
 def gold_completion(gold: Any, recipe: Recipe, prompt_text: str) -> str:
@@ -45,7 +48,9 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
 
     Adds ``error`` when a verifier of :data:`BUILT_IN_ANSWER_CHECKS` fails every sampled gold, ``warn`` when some
     fail or another verifier fails any (up to three examples, each with its dataset row number, the gold
-    and the verifier's reason), ``ok`` otherwise, ``skip`` for verifiers with no gold to check.
+    and the verifier's reason), ``ok`` otherwise, ``skip`` for verifiers with no gold to check. For the verifiers of
+    :data:`BUILT_IN_ANSWER_CHECKS`, :data:`WRONG_ANSWER` written the same way must score below the best: ``warn``
+    naming the rows where it does not, ``error`` when it does on every row.
 
     Args:
         row_number: ``id(row) -> its 0-based index in the dataset`` (rows are shuffled by the split).
@@ -65,7 +70,9 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
     completions = [gold_completion(p.row[field], recipe, p.text) for p in sample]
     samples = [{**p.row, "prompt": p.text, "completion_tokens": 16, "max_new_tokens": recipe.rollout.max_new_tokens,
                 "finish_reason": "stop"} for p in sample]
-    results = reward_fn.score(completions, samples)
+    controls = [gold_completion(WRONG_ANSWER, recipe, p.text) for p in sample]
+    results = reward_fn.score(completions + controls, samples + samples)
+    results, control_results = results[:len(sample)], results[len(sample):]
     labels = reward_fn.labels
     for index, spec in checked:
         label = labels[index]
@@ -78,6 +85,8 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
                     "skipped (None)" if score is None else f"score {score:g}")
                 bad.append(f"row {row_number.get(id(p.row), p.index)}: gold {str(p.row[field])[:60]!r} -> "
                            f"{'None' if score is None else f'{score:g}'} ({str(why)[:120]})")
+        if spec.name in BUILT_IN_ANSWER_CHECKS:
+            _check_control(report, label, best, sample, control_results, row_number, field)
         if not bad:
             report.add("ok", "gold", f"{label}: the gold of all {len(sample)} sampled rows scores {best:g}")
             continue
@@ -88,3 +97,18 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
                                                   "verifier's kwargs and the template)" if every else ""))
         report.add(level, "gold", "\n".join([head, *bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3
                                                                  else [])))
+
+
+def _check_control(report: Report, label: str, best: float, sample: list[Prompt], results: list[Any],
+                   row_number: dict[int, int], field: str) -> None:
+    """Report the rows where :data:`WRONG_ANSWER` scores ``best`` (the verifier accepts anything for that gold)."""
+    lenient = [f"row {row_number.get(id(p.row), p.index)}: gold {str(p.row[field])[:60]!r}"
+               for p, res in zip(sample, results, strict=True)
+               if (res.scores.get(label) is not None and res.scores[label] >= best - 1e-9)]
+    if not lenient:
+        return
+    every = len(lenient) == len(sample)
+    head = (f"{label}: a wrong answer ({WRONG_ANSWER}) scores {best:g} against the gold on "
+            f"{'every one' if every else len(lenient)} of {len(sample)} sampled rows: the verifier accepts anything "
+            f"there (a gold it cannot parse?)")
+    report.add("error" if every else "warn", "gold", "\n".join([head, *lenient[:3]]))

@@ -74,7 +74,8 @@ def end_of_turn_token(tokenizer: Any) -> tuple[str, int] | None:
 
 
 def check_eos(report: Report, recipe: Recipe, tokenizer: Any, model_path: str) -> None:
-    """The tokenizer's, the model config's and the generation config's EOS ids (warn when they differ); error when
+    """The tokenizer's, the model config's and the generation config's EOS ids (warn when they differ and neither list
+    contains the other; pad ids: warn when they differ); error when
     the token that ends an assistant turn in the chat template (or the EOS, for plain-text templates) is not among
     the ids generation stops on (the tokenizer's EOS and the generation config's, :func:`rlvr.models.eos_token_ids`).
     """
@@ -93,9 +94,14 @@ def check_eos(report: Report, recipe: Recipe, tokenizer: Any, model_path: str) -
         report.add("error", "eos", "neither the tokenizer nor the generation config defines an EOS id: generation "
                                    "would never stop before rollout.max_new_tokens")
         return
-    if len({frozenset(s) for s in (tok_eos, cfg_eos, gen_eos) if s}) > 1:
-        report.add("warn", "eos", f"EOS ids differ: tokenizer {sorted(tok_eos)}, config.json {sorted(cfg_eos)}, "
-                                  f"generation_config {sorted(gen_eos)} ({shown}); rlvr stops on {sorted(stop)}")
+    sets = [s for s in (tok_eos, cfg_eos, gen_eos) if s]
+    if len({frozenset(s) for s in sets}) > 1:
+        # one list extending another (Qwen's generation_config adds <|endoftext|> to <|im_end|>) is usual; lists that
+        # do not contain one another mean two files disagree on what ends a response
+        nested = all(a <= b or b <= a for a in sets for b in sets)
+        report.add("info" if nested else "warn", "eos",
+                   f"EOS ids differ: tokenizer {sorted(tok_eos)}, config.json {sorted(cfg_eos)}, generation_config "
+                   f"{sorted(gen_eos)} ({shown}); rlvr stops on all of {sorted(stop)}")
     pad_ids = {k: v for k, v in (("tokenizer", tokenizer.pad_token_id), ("config.json", config.pad_token_id),
                                  ("generation_config", gen.pad_token_id)) if v is not None}
     if len(set(pad_ids.values())) > 1:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -82,7 +83,8 @@ class GRPOTrainer:
         allow_changed: recipe keys (or sections) that may differ from the run's ``recipe.resolved.yaml`` on resume.
     Raises:
         rlvr.config.RecipeError (resume with a changed recipe), rlvr.data.sources.DataError,
-        rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
+        rlvr.models.ModelLoadError, KeyError (unknown verifier), VerifierKwargsError, rlvr.preflight.PreflightError
+        (a failed pre-flight check), FileNotFoundError (resume without checkpoint): all
         before the model is loaded.
     """
 
@@ -90,7 +92,9 @@ class GRPOTrainer:
                  resume_from: str | Path | None = None, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
         self.recipe = recipe
         self.run_dir = Path(run_dir)
-        self.dist: DistInfo = init_distributed()
+        # the first DeepSpeed import on a machine builds its CPU communication op (~45 s, then cached)
+        with phase("distributed set-up (DeepSpeed)", int(os.environ.get("RANK", "0")) == 0, quiet_below_s=5.0):
+            self.dist: DistInfo = init_distributed()
         r = recipe
         self._seed_everything(r.seed + self.dist.rank)
         if r.rollout.prompts_per_step % self.dist.world_size:
@@ -132,9 +136,11 @@ class GRPOTrainer:
         self.autocast_dtype = self.precision.autocast_dtype
         self.ref_model = None
         if r.algorithm.kl.beta > 0:
-            self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
+            with phase("loading the reference model", self.dist.is_main):
+                self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
-        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))", self.dist.is_main):
+        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))",
+                   self.dist.is_main):
             self.engine = self._init_deepspeed()
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
@@ -743,8 +749,8 @@ class GRPOTrainer:
         r = self.recipe
         start_time = time.perf_counter()
         if r.eval.enabled and self.eval_before is None:
-            k = 1 if r.eval.temperature == 0 else r.eval.k
-            with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k}", self.dist.is_main):
+            k_eval = 1 if r.eval.temperature == 0 else r.eval.k
+            with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k_eval}", self.dist.is_main):
                 result = self.evaluate()
             self.eval_before = result.as_dict() if result else None
             if self.eval_before:

@@ -9,6 +9,7 @@ line when it starts and one when it ends.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,22 +24,42 @@ FAILURES = "reward/verifier_failures/"
 
 
 @contextmanager
-def phase(text: str, enabled: bool = True) -> Iterator[None]:
+def phase(text: str, enabled: bool = True, quiet_below_s: float | None = None) -> Iterator[None]:
     """Say that a slow phase runs: ``text`` when it starts (a spinner with the elapsed time on a terminal), and
-    ``text: done in S s`` when it ends. Disabled on ranks other than 0."""
+    ``text: done in S s`` when it ends. Disabled on ranks other than 0.
+
+    With ``quiet_below_s``, a phase that is usually quick (and may be followed by an input error, which should be the
+    first line a user reads) prints only once it has run that long.
+    """
     if not enabled:
         yield
         return
     console = Console(stderr=True)
     start = time.perf_counter()
+    said = threading.Event()
+
+    def say() -> None:
+        said.set()
+        print(f"{text} ...", file=sys.stderr, flush=True)
+
     if console.is_terminal:
         with Progress(SpinnerColumn(), TextColumn(text), TimeElapsedColumn(), console=console, transient=True) as bar:
             bar.add_task(text, total=None)
             yield
-    else:
-        print(f"{text} ...", file=sys.stderr, flush=True)
+        said.set()
+    elif quiet_below_s is None:
+        say()
         yield
-    print(f"{text}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    else:
+        timer = threading.Timer(quiet_below_s, say)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+    if said.is_set():
+        print(f"{text}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 
 def failure_warnings(step: int, metrics: dict[str, Any], reasons: dict[str, str | None] | None = None) -> list[str]:
