@@ -54,7 +54,7 @@ def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, ma
 
 def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
     """GSPO's length-normalised sequence log-ratio, broadcast to tokens with GSPO-token's gradient path
-    (Zheng et al. 2507.18071, eqs. 7 and 13-14):
+    (Zheng et al. 2507.18071: the sequence ratio s_i and the GSPO-token variant; verl's ``gspo`` policy loss):
     ``log s_i = (1/|y_i|) sum_t (logp_t - logp_old_t)``, returned per token as ``logp_t - sg(logp_t) + sg(log s_i)``,
     whose value is ``log s_i`` on every token and whose gradient flows through each token's own log-prob (with a
     sequence-level advantage this is exactly GSPO's gradient).
@@ -134,7 +134,7 @@ def cispo_loss(
     clip_low: float = 1.0,
     clip_high: float = 0.28,
 ) -> PolicyLossOutput:
-    """CISPO (MiniMax-M1, 2506.13585 eq. 4-5): REINFORCE with a clipped, stop-gradient importance weight,
+    """CISPO (MiniMax-M1, 2506.13585): REINFORCE with a clipped, stop-gradient importance weight,
     ``loss_t = -sg(clip(r_t, 1 - eps_low, 1 + eps_high)) * A_t * logp_t``.
 
     Unlike PPO's clip, no token's gradient is dropped: a token outside the trust region keeps its gradient, with its

@@ -145,7 +145,7 @@ def test_gspo_clips_whole_sequences_by_the_length_normalised_ratio():
     assert out.clipped_high[0].tolist() == [1.0, 1.0, 0.0] and out.clipped[1].tolist() == [0.0, 0.0, 0.0]
     assert torch.allclose(out.loss, torch.tensor([[-(1 + 4e-4), -(1 + 4e-4), 0.0], [1.0, 1.0, 1.0]]), atol=1e-6)
     out.loss.sum().backward()
-    # sample 0 is clipped (no gradient); sample 1's gradient per token is -A * s = 1 (GSPO-token, eq. 14)
+    # sample 0 is clipped (no gradient); sample 1's gradient per token is -A * s = 1 (GSPO-token's gradient)
     assert torch.allclose(logp.grad, torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]))
 
 

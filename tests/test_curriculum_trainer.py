@@ -45,10 +45,10 @@ def _recipe(tiny, verifier: str, **sections) -> dict:
     return raw
 
 
-def _trainer(raw: dict, run_dir: Path, resume: bool = False):
+def _trainer(raw: dict, run_dir: Path, resume: bool = False, allow_changed: tuple[str, ...] = ()):
     from rlvr.trainer.grpo import GRPOTrainer
 
-    return GRPOTrainer(resolve(raw), run_dir, resume=resume)
+    return GRPOTrainer(resolve(raw), run_dir, resume=resume, allow_changed=allow_changed)
 
 
 def _steps(run_dir: Path) -> list[dict]:
@@ -122,7 +122,7 @@ def test_pools_and_solve_rates_resume_step_for_step(tiny, tmp_path):
     saved = json.loads((tmp_path / "b/checkpoints/step-2/trainer_state.json").read_text())["curriculum"]
     assert sum(saved["solve_rates"]["groups"]) == sum(m["rollout/groups_generated"] for m in _steps(tmp_path / "b"))
     resumed = _trainer(_recipe(tiny, "odd_answers_solved", trainer={"steps": 4}, **sections), tmp_path / "b",
-                       resume=True)
+                       resume=True, allow_changed=("trainer.steps",))  # the run is extended: 2 -> 4 steps
     assert resumed.curriculum.tracker.state_dict() == saved["solve_rates"]
     resumed.train()
     assert _comparable(read_metrics(tmp_path / "a")) == _comparable(read_metrics(tmp_path / "b"))

@@ -70,7 +70,8 @@ def _run_scenario(sc: dict) -> None:
     vocab = [tok.convert_tokens_to_ids(c) for c in "0123456789abc"]
     engine = FakeRolloutEngine(int(tok.eos_token_id), vocab)
     run_dir = Path(sc["run_dir"])
-    trainer = GRPOTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine)
+    trainer = GRPOTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine,
+                          allow_changed=sc.get("allow_changed", ()))
     trainer._plot = lambda: None  # PNG plots cost ~5 s per save here and are not what this test checks
     idle = []  # zero-loss passes this rank ran to match another rank's extra ZeRO-3 micro-batches
     real_idle_pass = trainer._idle_pass
@@ -177,7 +178,8 @@ def test_two_ranks_match_one_rank_and_resume_on_one(tmp_path):
     shutil.copytree(runs / "z3-2ranks", runs / "z3-2to1")
     one = [{"recipe": _recipe(model_dir, data, 0, 2), "run_dir": str(runs / "z0-1rank")},
            {"recipe": _recipe(model_dir, data, 3, 3, save_every=2), "run_dir": str(runs / "z3-1rank")},
-           {"recipe": _recipe(model_dir, data, 3, 3), "run_dir": str(runs / "z3-2to1"), "resume": True}]
+           {"recipe": _recipe(model_dir, data, 3, 3), "run_dir": str(runs / "z3-2to1"), "resume": True,
+            "allow_changed": ["trainer.steps"]}]  # the 2-step run is extended to 3 steps
     _torchrun(1, one, tmp_path, "one_rank")
 
     initial = _weights(model_dir)

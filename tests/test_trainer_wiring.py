@@ -152,3 +152,18 @@ def test_eval_samples_with_the_rollouts_top_k(tiny, tmp_path):
         trainer.reward_fn.close()
         trainer.engine.destroy()
     assert engine.sampling and all(s.top_k == 5 for s in engine.sampling)
+
+
+def test_group_statistics_of_a_rank_without_prompts():
+    """A rank that drew no prompts (a small dynamic-sampling refill) has empty per-sample lists; ``torch.tensor([])``
+    is float, which once crashed the filter (found by tests/test_curriculum_multirank.py)."""
+    from rlvr.trainer.groups import solve_counts, zero_variance_groups
+
+    empty = torch.tensor([]).view(0, 4)
+    assert zero_variance_groups(empty, empty).tolist() == []
+    assert solve_counts(empty, empty) == []
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.5, 0.0]])
+    valid = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])  # float 0/1 works like bool
+    assert zero_variance_groups(rewards, valid).tolist() == [True, True]
+    assert zero_variance_groups(rewards).tolist() == [False, False]
+    assert solve_counts(rewards >= 1.0, valid.bool()) == [(3, 3), (2, 2)]

@@ -19,8 +19,7 @@ def zero_variance_groups(values: Tensor, valid: Tensor | None = None, tol: float
     """
     if values.ndim != 2:
         raise ValueError(f"values must be (B, G), got shape {tuple(values.shape)}")
-    if valid is None:
-        valid = torch.ones_like(values, dtype=torch.bool)
+    valid = torch.ones_like(values, dtype=torch.bool) if valid is None else valid.bool()
     big = torch.finfo(values.dtype).max
     high = torch.where(valid, values, -big).max(dim=1).values
     low = torch.where(valid, values, big).min(dim=1).values
@@ -29,7 +28,7 @@ def zero_variance_groups(values: Tensor, valid: Tensor | None = None, tol: float
 
 def solve_counts(solved: Tensor, valid: Tensor | None = None) -> list[tuple[int, int]]:
     """Per group ``(solved valid samples, valid samples)``; solved and valid are (B, G) bool."""
-    if valid is None:
-        valid = torch.ones_like(solved, dtype=torch.bool)
+    solved = solved.bool()
+    valid = torch.ones_like(solved) if valid is None else valid.bool()
     return [(int(s), int(n)) for s, n in zip((solved & valid).sum(dim=1).tolist(), valid.sum(dim=1).tolist(),
                                              strict=True)]

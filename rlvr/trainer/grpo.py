@@ -292,10 +292,11 @@ class GRPOTrainer:
         samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
         batch.reward_results = self.reward_fn.score(batch.texts, samples)
         batch.rewards = torch.tensor([r.total for r in batch.reward_results], dtype=torch.float32)
+        # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
         batch.solved = torch.tensor([(r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
-                                     for r in batch.reward_results])
+                                     for r in batch.reward_results], dtype=torch.bool)
         drop_failed = self.recipe.reward.failure_score is None
-        batch.valid = torch.tensor([not (drop_failed and r.failures) for r in batch.reward_results])
+        batch.valid = torch.tensor([not (drop_failed and r.failures) for r in batch.reward_results], dtype=torch.bool)
 
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
         """Rollout + verify, with DAPO dynamic sampling (2503.14476, section 3.2) when enabled: groups whose rewards
