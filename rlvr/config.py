@@ -95,7 +95,10 @@ class DataConfig(_Section):
 
 # --------------------------------------------------------------------------------------------------------- rollout
 class RolloutConfig(_Section):
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["auto", "hf", "vllm"] = "auto"
+    """``vllm`` (colocated ``vllm.LLM``), ``hf`` (transformers generate), or ``auto``: vLLM where it imports and serves
+    the model (architecture, and head size on its CPU backend), ``hf`` otherwise; the choice is printed with its reason
+    (``rlvr/rollout/choice.py``)."""
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
     group_size: int = Field(8, ge=2)

@@ -76,9 +76,10 @@ def import_vllm() -> Any:
     """Import vLLM with the environment an in-process engine needs.
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process: weights are handed over as tensors,
-    not pickled to another process. Raises VLLMNotInstalledError with the install command when vLLM is absent.
+    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own. Raises VLLMNotInstalledError with the install command when vLLM is absent.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is rlvr's: `rlvr eval` prints JSON there
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; vLLM's CPU default takes a share of all RAM
     try:
