@@ -10,7 +10,10 @@ Fields read from the sample (a dataset row): `tests` and `test_type` (stdio, cal
 `sandbox.jobs`), optional `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
 HumanEval-style rows `entry_point` plus `stub` (the signature and docstring the model was asked to
 complete): a completion that defines the entry point runs after the stub (so the stub's imports and
-helpers exist, the completion's function wins), any other completion continues the stub.
+helpers exist, the completion's function wins), any other completion continues the stub. The stub's
+own imports and helpers (every top-level import, def, class and assignment but the entry point) are also
+run at the top of the test code, in the sandbox's trusted driver, so the tests call the prompt's helpers
+(HumanEval/32 `poly`, /38 `encode_cyclic`, /50 `encode_shift`) even when the completion redefines them.
 
 Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of tests passed (mode="fraction")
 or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
@@ -18,6 +21,7 @@ ValueError for a malformed row. `code_rewards` scores many completions in one ba
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, Literal
 
@@ -49,6 +53,33 @@ def build_program(code: str, sample: dict[str, Any]) -> str:
     return stub + code
 
 
+def build_tests(sample: dict[str, Any]) -> Any:
+    """The sample's `tests`; for assert tests with a `stub` and an `entry_point`, preceded by the stub's
+    helpers (`stub_helpers`), so that the names the tests call are bound to the prompt's definitions.
+
+    Without this, a completion that redefines a helper the tests call (e.g. an identity `encode_cyclic`
+    next to an identity `decode_cyclic`) passes a wrong solution: the tests would see the completion's
+    helper. Raises ValueError when the stub does not parse."""
+    tests, stub, entry = sample.get("tests"), sample.get("stub"), sample.get("entry_point")
+    kind = sandbox.TEST_TYPES.get(sample.get("test_type", "stdio"))
+    if kind != "assert" or not isinstance(tests, str) or not isinstance(stub, str) or not isinstance(entry, str):
+        return tests
+    helpers = stub_helpers(stub, entry)
+    return f"{helpers}\n\n\n{tests}" if helpers else tests
+
+
+def stub_helpers(stub: str, entry_point: str) -> str:
+    """The stub's top-level imports, function and class definitions and assignments, except the
+    `entry_point` definition, as source (comments dropped). Raises ValueError when the stub does not parse."""
+    try:
+        tree = ast.parse(stub)
+    except SyntaxError as e:
+        raise ValueError(f"the sample's stub does not parse as Python ({e}); expected a signature and docstring") from None
+    kept = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+    return "\n\n".join(ast.unparse(stmt) for stmt in tree.body if isinstance(stmt, kept)
+                        and getattr(stmt, "name", None) != entry_point)
+
+
 @verifier("code")
 def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fraction", "all"] = "fraction",
                 backend: str = "auto") -> dict[str, Any] | None:
@@ -77,7 +108,7 @@ def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
         try:
             jobs.append(sandbox.Job(
                 program=build_program(extract_program(completion), sample),
-                tests=sample["tests"],
+                tests=build_tests(sample),
                 test_type=sample.get("test_type", "stdio"),
                 checker=sample.get("checker") or "lines",
                 limits=sandbox.Limits.from_mapping(sample.get("limits")),
