@@ -28,6 +28,8 @@ CASES = [
     ("ok-read-all", "stdio", SORT, "lines", "import sys\nd = sys.stdin.read().split()\nprint(*sorted(map(int, d[1:])))\n", True, None),
     ("ok-no-newline", "stdio", SORT, "lines", "import sys\nd = sys.stdin.read().split()\nsys.stdout.write(' '.join(sorted(d[1:], key=int)) + '  ')\n", True, None),
     ("ok-exit-after-output", "stdio", ADD, "lines", "import sys\nprint(sum(map(int, input().split())))\nsys.exit(0)\n", True, None),
+    ("ok-leading-spaces", "stdio", ADD, "lines", "print('  ', sum(map(int, input().split())), ' ')\n", True, None),
+    ("wa-leading-spaces-exact", "stdio", ADD, "exact", "print('  ', sum(map(int, input().split())))\n", False, "WA"),
     ("ok-stderr-noise", "stdio", ADD, "lines", "import sys\nprint('dbg', file=sys.stderr)\nprint(sum(map(int, input().split())))\n", True, None),
     ("ok-float-tolerance", "stdio", HALF, "float:1e-6", "print('%.8f' % (1 / int(input())))\n", True, None),
     ("ok-call-tuple", "call", REV_CALL, "json", "def rev(xs):\n    return tuple(reversed(xs))\n", True, None),
