@@ -15,8 +15,10 @@ Why the program cannot fool it although it shares our uid:
   the assert tests from our memory. PR_SET_CHILD_SUBREAPER: orphans of the program become our children.
 - each program runs in its own session under `timeout -s KILL`, with rlimits (address space = memory_mb,
   CPU time, file size, open files, processes where asked) and oom_score_adj 1000, from an empty scratch folder.
-- a stdio test is over when the program has exited AND every process holding its stdout has closed it, so a
-  background child still printing is a timeout, not an early pass.
+- a stdio test is over when the program's main process exits: its output is what the pipes hold then (up
+  to the cap); whatever it left running (a daemon holding its stdout, say) is killed right after, so a
+  correct program with a background child is judged on its answer, and only a main process that does not
+  exit in time is a timeout.
 - after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
   private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
 """
@@ -165,8 +167,9 @@ class _Driver:
 
     def pump(self, proc, cap, until, want_reply=False):  # noqa: C901 - one select loop
         """Read proc's stdout, stderr (and replies, fd proc.rep_r) until `want_reply` is met or, without it,
-        until the process exited and every holder of its stdout closed it. Raises _Abort on deadline or
-        output over cap."""
+        until the process exited (then what its pipes hold is read without waiting: processes it left
+        behind may keep them open, and are killed by the caller). Raises _Abort on deadline or output over
+        cap."""
         while True:
             if want_reply and b"\n" in proc.rep:
                 line, _, rest = bytes(proc.rep).partition(b"\n")
@@ -177,9 +180,12 @@ class _Driver:
                 self.wait_exit(proc, time.monotonic() + 1.0)
                 proc.read_stderr_left()
                 raise _Abort(*proc.death_status())
-            if not want_reply and proc.out_r is None:  # stdout closed by every holder; stderr may linger
+            if not want_reply and (proc.out_r is None or proc.pid in self.reaped):
+                # main process gone (or stdout closed: wait for its exit until the deadline)
                 if self.wait_exit(proc, until):
-                    proc.read_stderr_left()
+                    proc.read_output_left(cap)
+                    if len(proc.out) > cap or proc.err_total > cap:
+                        raise _Abort("output_limit", "wrote more than %d bytes" % cap)
                     return None
             left = until - time.monotonic()
             if left <= 0:

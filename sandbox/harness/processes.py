@@ -44,18 +44,31 @@ class _Proc:
 
     def read_stderr_left(self):
         """Read what is already in the stderr pipe (the end of a traceback) without waiting for more."""
-        if self.err_r is None:
+        self._read_left("err_r", 1 << 30)
+
+    def read_output_left(self, cap):
+        """Read what is already in the stdout and stderr pipes without waiting for more (a process the
+        program left behind may hold them open); stop once more than `cap` bytes were read from either."""
+        self._read_left("out_r", cap)
+        self._read_left("err_r", cap)
+
+    def _read_left(self, name, cap):
+        fd = getattr(self, name)
+        if fd is None:
             return
-        os.set_blocking(self.err_r, False)
+        os.set_blocking(fd, False)
         try:
-            while True:
-                chunk = os.read(self.err_r, 65536)
+            while len(self.out) <= cap and self.err_total <= cap:
+                chunk = os.read(fd, 65536)
                 if not chunk:
-                    self.close_fd(self.err_r)
+                    self.close_fd(fd)
                     return
-                self.err_total += len(chunk)
-                self.err += chunk
-                del self.err[:-OUT_TAIL]
+                if name == "out_r":
+                    self.out += chunk
+                else:
+                    self.err_total += len(chunk)
+                    self.err += chunk
+                    del self.err[:-OUT_TAIL]
         except BlockingIOError:
             pass
 
