@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from sandbox.backends import get_backend
+from sandbox.errors import SandboxUnavailable
 from sandbox.jobs import Job
+from sandbox.languages import parse_language
 from sandbox.judge import judge
 from sandbox.limits import Limits
 from sandbox.results import ExecStatus, JudgeResult
@@ -13,12 +15,14 @@ from sandbox.scheduler import execute
 
 def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "lines",
         limits: Limits | Mapping[str, Any] = Limits(), backend: str = "auto") -> JudgeResult:
-    """Run `program` (Python source) against `tests` in a sandbox and judge every test.
+    """Run `program` (Python source; for another language use `run_many` with `Job(..., language=...)`)
+    against `tests` in a sandbox and judge every test.
 
     test_type: stdio, call or assert (formats in `sandbox.jobs`); checker: for stdio and call (see
     `sandbox.checkers`); limits: Limits or a dict like {"time_s": 2, "memory_mb": 256}; backend: auto,
     docker, bwrap or none (no isolation: only when named).
-    Raises ValueError for malformed tests, checker or limits; SandboxUnavailable when no backend can run.
+    Raises ValueError for malformed tests, checker or limits; SandboxUnavailable when no backend can run (or
+    the backend lacks a job's language toolchain).
 
     >>> run("print(int(input()) * 2)", [{"input": "21\\n", "output": "42\\n"}]).passed  # doctest: +SKIP
     True
@@ -32,6 +36,10 @@ def run_many(jobs: Sequence[Job], backend: str = "auto") -> list[JudgeResult]:
     if not jobs:
         return []
     impl = get_backend(backend)
+    for language in {job.language for job in jobs}:
+        problem = impl.language_problem(parse_language(language))
+        if problem:
+            raise SandboxUnavailable(problem)
     results = execute(impl, jobs)
     judged = []
     for job, runs in zip(jobs, results, strict=True):

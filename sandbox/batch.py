@@ -12,7 +12,7 @@ from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus
 
 HELLO_S = 30.0  # the driver must be up within this many seconds (a cold Python on a loaded machine)
-COMPILE_S = 20.0  # extra seconds for a job's first event: the driver compiles the program first
+COMPILE_S = 20.0  # extra seconds for a job's first event beyond its compile limit (the driver compiles first)
 DONE_S = 15.0  # seconds for the clean-up after a job (kill everything, wipe scratch)
 
 
@@ -80,7 +80,7 @@ def run_batch(channel: Channel, jobs: Sequence[Job], request: bytes) -> BatchOut
             outcome.partial = {i: []}
             limit_s = 2 * job.limits.time_s + 10.0
             while len(outcome.partial[i]) < job.n_tests:
-                first = COMPILE_S if not outcome.partial[i] else 0.0
+                first = COMPILE_S + job.limits.compile_time_s if not outcome.partial[i] else 0.0
                 event = _event(channel.read_line(limit_s + first))
                 if event.get("job") != i or event.get("test") != len(outcome.partial[i]):
                     raise _Broken(f"driver event out of order: {str(event)[:200]}")

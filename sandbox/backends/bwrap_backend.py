@@ -9,6 +9,7 @@ There is no cgroup: memory is bounded per process by RLIMIT_AS (see the driver),
 """
 from __future__ import annotations
 
+import glob
 import os
 import queue
 import shutil
@@ -39,6 +40,10 @@ def bwrap_argv(scratch_mb: int) -> list[str]:
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
+    # Debian reaches java/javac through /etc/alternatives and reads the JVM's config from /etc/java-*/.
+    for etc in ["/etc/alternatives", *sorted(glob.glob("/etc/java-*"))]:
+        if os.path.isdir(etc):
+            argv += ["--ro-bind", etc, etc]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_mb << 20), "--perms", "1777",
              "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
              "--setenv", "LANG", "C.UTF-8", "--hostname", "sandbox"]

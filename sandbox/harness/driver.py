@@ -85,14 +85,18 @@ class _Driver:
                 return
             self.reaped[pid] = (status, usage)
 
-    def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None):
+    def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None, memory_mb=None):
         """Fork and exec argv in a new session with the job's rlimits: stdin from stdin_fd, stdout and stderr
-        to new pipes, extra_fds at 3, 4, ... Returns a _Proc."""
+        to new pipes, extra_fds at 3, 4, ... memory_mb: RLIMIT_AS in MiB (None: the job's, when its language
+        takes one; 0: none). Returns a _Proc."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
-               "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {"PATH": SPAWN_PATH, "HOME": self.workdir, "TMPDIR": self.workdir,
+               "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "MALLOC_ARENA_MAX": "2"}
         cpu_s = cpu_s or job["time_s"]
+        if memory_mb is None:
+            memory_mb = job["memory_mb"] if job.get("address_space", True) else 0
         pid = os.fork()
         if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
             try:
@@ -104,7 +108,7 @@ class _Driver:
                 os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGALRM):
                     signal.signal(sig, signal.SIG_DFL)
-                _set_limits(job, cpu_s, self.nproc)
+                _set_limits(job, cpu_s, self.nproc, memory_mb)
                 # Our non-dumpable flag makes /proc/self root-owned; the program is dumpable after exec anyway.
                 _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 with open("/proc/self/oom_score_adj", "w") as f:
@@ -120,7 +124,10 @@ class _Driver:
 
     def program_argv(self, job, *args, budget_s):
         # `timeout -s KILL` is the inner backstop; the driver itself kills at the job's own deadline.
-        return [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0), self.python, "-I", "-B", *args]
+        backstop = [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0)]
+        if job.get("language", "python") != "python":
+            return backstop + list(job["run"])  # run in the work folder, found on SPAWN_PATH
+        return backstop + [self.python, "-I", "-B", *args]
 
     def kill_all(self):
         """Kill every other process in the sandbox (only our descendants outside a pid namespace); True when
@@ -243,15 +250,18 @@ class _Driver:
         return ok
 
     def run_job(self, i, job):
-        path = os.path.join(self.workdir, "solution.py")
+        path = os.path.join(self.workdir, job.get("source", "solution.py"))
         with open(path, "w", encoding="utf-8") as f:
             f.write(job["program"])
         n_tests = {"stdio": lambda: len(job["inputs"]), "call": lambda: len(job["cases"]),
                    "assert": lambda: sum(1 for u in job["units"] if u["test"])}[job["kind"]]()
-        problem = self.compile_error(job)
+        if job.get("language", "python") == "python":
+            status, problem = "compile_error", self.compile_error(job)
+        else:
+            status, problem = self.compile_program(job)
         if problem is not None:
             for j in range(n_tests):
-                self._report(i, j, "compile_error", problem)
+                self._report(i, j, status, problem)
             return
         if job["kind"] == "stdio":
             for j, text in enumerate(job["inputs"]):
@@ -272,7 +282,7 @@ class _Driver:
             code = 0
             try:
                 os.close(r)
-                _set_limits(job, 10, None)
+                _set_limits(job, 10, None, job["memory_mb"])
                 compile(job["program"], "solution.py", "exec")
             except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), MemoryError, ...
                 os.write(w, ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:OUT_TAIL])
@@ -296,6 +306,51 @@ class _Driver:
         if proc.exit_code == 0:
             return None
         return message.decode("utf-8", "replace") or "the compiler ended abnormally"
+
+    def compile_program(self, job):
+        """Compile a C, C++ or Java program (JavaScript: check its syntax) once, in the work folder, under
+        the job's compile limits. Returns (status, message): (None, None) when it compiled, ("compile_error",
+        the compiler's messages) when not, ("sandbox_error", why) when this sandbox lacks the toolchain."""
+        missing = [t for t in job["tools"] if shutil.which(t, path=SPAWN_PATH) is None]
+        if missing:
+            return "sandbox_error", "this sandbox has no %s for %s programs (rebuild it: make sandbox)" % (
+                ", ".join(missing), job["language"])
+        if not job["compile"]:
+            return None, None
+        limit_s = float(job["compile_time_s"])
+        argv = [self.timeout_bin, "-s", "KILL", "%.3f" % (limit_s + 1.0), *job["compile"]]
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        memory_mb = job["compile_memory_mb"] if job["address_space"] else 0
+        proc = self.spawn(argv, job, null, cpu_s=limit_s, memory_mb=memory_mb)
+        os.close(null)
+        proc.limit_s = limit_s
+        until = time.monotonic() + limit_s
+        message = bytearray()
+        while (proc.out_r is not None or proc.err_r is not None) and time.monotonic() < until:
+            fds = [fd for fd in (proc.out_r, proc.err_r) if fd is not None]
+            ready, _, _ = select.select(fds + [self.wake_r], [], [], max(until - time.monotonic(), 0))
+            for fd in ready:
+                if fd == self.wake_r:
+                    _drain(fd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    proc.close_fd(fd)
+                elif len(message) < OUT_TAIL:  # the first errors are the ones worth reading
+                    message += chunk[:OUT_TAIL - len(message)]
+        exited = self.wait_exit(proc, until)
+        self.end_process(proc)
+        self.dirty |= not self.kill_all()  # compiler helpers (cc1plus, as, ld) must not outlive it
+        if not exited:
+            return "compile_error", "compiling took longer than %.3g s" % limit_s
+        if proc.exit_code == 0:
+            return None, None
+        text = message.decode("utf-8", "replace").strip()
+        if proc.exit_code == 137 or proc.signal is not None:
+            how = "was killed by signal %s" % (proc.signal or 9)
+            text = "the compiler %s (out of time or memory: limits %.3g s, %d MiB)%s" % (
+                how, limit_s, job["compile_memory_mb"], "\n" + text if text else "")
+        return "compile_error", text or "the compiler exited with code %s" % proc.exit_code
 
     def run_stdio(self, i, j, job, path, text):
         started = time.monotonic()
