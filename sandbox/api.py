@@ -1,7 +1,7 @@
 """The public entry points: `run` one program, `run_many` for throughput."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sandbox.backends import get_backend
 from sandbox.errors import SandboxUnavailable
@@ -30,9 +30,11 @@ def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "line
     return run_many([Job(program, tests, test_type, checker, Limits.from_mapping(limits))], backend=backend)[0]
 
 
-def run_many(jobs: Sequence[Job], backend: str = "auto") -> list[JudgeResult]:
+def run_many(jobs: Sequence[Job], backend: str = "auto",
+             on_done: Callable[[int], None] | None = None) -> list[JudgeResult]:
     """Judge many programs at once (in job order): several programs per sandbox exec, a warm container
-    pool, as many sandboxes in parallel as the backend allows. Raises as `run` does."""
+    pool, as many sandboxes in parallel as the backend allows. on_done(i) is called from a worker thread
+    as program i finishes (progress bars). Raises as `run` does."""
     if not jobs:
         return []
     impl = get_backend(backend)
@@ -40,7 +42,7 @@ def run_many(jobs: Sequence[Job], backend: str = "auto") -> list[JudgeResult]:
         problem = impl.language_problem(parse_language(language))
         if problem:
             raise SandboxUnavailable(problem)
-    results = execute(impl, jobs)
+    results = execute(impl, jobs, on_done=on_done)
     judged = []
     for job, runs in zip(jobs, results, strict=True):
         error = next((r.detail for r in runs if r.status is ExecStatus.SANDBOX_ERROR), None)

@@ -7,7 +7,8 @@ Example (needs Docker or bubblewrap)::
     {'score': 1.0, 'passed': True, 'verdicts': ['AC'], 'reason': 'all 1 tests passed'}
 
 Fields read from the sample (a dataset row): `tests` and `test_type` (stdio, call or assert; formats in
-`sandbox.jobs`), optional `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
+`sandbox.jobs`), optional `language` (python, c, cpp, java, javascript; default python; other languages
+have stdio tests only), `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
 HumanEval-style rows `entry_point` plus `stub` (the signature and docstring the model was asked to
 complete): a completion that defines the entry point runs after the stub (so the stub's imports and
 helpers exist, the completion's function wins), any other completion continues the stub. The stub's
@@ -28,15 +29,21 @@ from typing import Any, Literal
 import sandbox
 from verifiers.registry import verifier
 
-_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
-_PYTHON = {"python", "py", "python3"}
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+#-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
+# Fence tags that mark a block as written in each language (```cpp, ```c++, ```js, ...).
+FENCE_TAGS = {
+    "python": {"python", "py", "python3"}, "c": {"c"}, "cpp": {"cpp", "c++", "cxx", "cc"},
+    "java": {"java"}, "javascript": {"javascript", "js", "node", "nodejs"},
+}
 
 
-def extract_program(completion: str) -> str:
-    """The program in a completion: the last ```python fenced block, else the last fenced block with no
-    language, else the whole text. An unclosed last fence (a cut-off completion) runs to the end."""
+def extract_program(completion: str, language: str = "python") -> str:
+    """The program in a completion: the last fenced block tagged with `language` (```python, ```cpp, ...),
+    else the last fenced block with no tag, else the whole text. An unclosed last fence (a cut-off
+    completion) runs to the end. Raises ValueError for an unknown language."""
+    lang = sandbox.parse_language(language).name
     blocks = [(m.group("lang").lower(), m.group("body")) for m in _FENCE.finditer(completion)]
-    for wanted in (_PYTHON, {""}):
+    for wanted in (FENCE_TAGS[lang], {""}):
         chosen = [body for lang, body in blocks if lang in wanted]
         if chosen:
             return chosen[-1]
@@ -89,7 +96,8 @@ def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fract
         mode: "fraction" (share of tests passed) or "all" (1.0 only when every test passes, else 0.0).
         backend: sandbox backend: auto, docker, bwrap (or none: no isolation, trusted code only).
     Raises:
-        ValueError: unknown mode, missing `tests`, or malformed tests/checker/limits (the message names them).
+        ValueError: unknown mode, missing `tests`, an unknown `language`, or malformed tests/checker/limits
+            (the message names them).
     """
     return code_rewards([completion], [sample], mode=mode, backend=backend)[0]
 
@@ -106,12 +114,14 @@ def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
         if "tests" not in sample:
             raise ValueError(f"code verifier needs sample['tests']; sample {i} has {sorted(sample)}")
         try:
+            language = sample.get("language") or "python"
             jobs.append(sandbox.Job(
-                program=build_program(extract_program(completion), sample),
+                program=build_program(extract_program(completion, language), sample),
                 tests=build_tests(sample),
                 test_type=sample.get("test_type", "stdio"),
                 checker=sample.get("checker") or "lines",
                 limits=sandbox.Limits.from_mapping(sample.get("limits")),
+                language=language,
             ))
         except ValueError as e:
             raise ValueError(f"code verifier, sample {i}: {e}") from None

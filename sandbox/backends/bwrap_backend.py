@@ -1,7 +1,8 @@
 """The bubblewrap backend, for machines without Docker: one fresh bwrap sandbox per batch (~20 ms).
 
 The sandbox unshares every namespace (user, pid, net, ipc, uts, cgroup), dies with its parent, drops all
-capabilities, sees /usr read-only and nothing else of the host but a minimal /dev and its own /proc, and
+capabilities, sees /usr read-only (and, for the JDK, /etc/alternatives and /etc/java-*) and nothing else of
+the host but a minimal /dev and its own /proc, and
 writes only to a size-capped tmpfs at /tmp (bwrap's own root tmpfs is remounted read-only). When we are
 root, bwrap itself runs as a private unprivileged uid per parallel slot (61000 + slot), so RLIMIT_NPROC
 contains a fork bomb without touching other slots.

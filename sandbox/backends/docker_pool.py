@@ -71,7 +71,9 @@ class ContainerSpec:
 
     def run_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `client.containers.run` that enforce this spec and the isolation."""
-        tmpfs = f"rw,nosuid,nodev,noexec,size={self.scratch_mb}m,mode=1777"
+        # exec (Docker defaults to noexec): C and C++ programs run the binary they compiled here, and noexec
+        # stops no Python program from running any code it likes
+        tmpfs = f"rw,exec,nosuid,nodev,size={self.scratch_mb}m,mode=1777"
         return {
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": tmpfs},
             "shm_size": f"{self.scratch_mb}m", "pids_limit": self.pids,
