@@ -18,7 +18,9 @@ run at the top of the test code, in the sandbox's trusted driver, so the tests c
 
 Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of tests passed (mode="fraction")
 or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
-ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster).
+ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster); a
+`RewardFunction` uses it through the registry's batch hook, so a whole step's completions go to the sandbox
+in one `sandbox.run_many`.
 """
 from __future__ import annotations
 
@@ -87,7 +89,27 @@ def stub_helpers(stub: str, entry_point: str) -> str:
                         and getattr(stmt, "name", None) != entry_point)
 
 
-@verifier("code")
+def code_rewards_batch(completions: list[str], samples: list[dict[str, Any]], *,
+                       mode: Literal["fraction", "all"] = "fraction", backend: str = "auto") -> list[Any]:
+    """The registry's batch hook for `code`: `code_rewards`, except that a malformed sample costs only
+    itself (its entry is the ValueError, which `RewardFunction` records as that sample's failure)."""
+    if mode not in ("fraction", "all"):
+        raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
+    out: list[Any] = [None] * len(completions)
+    good: list[int] = []
+    jobs = []
+    for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
+        try:
+            jobs.append(build_job(completion, sample))
+            good.append(i)
+        except ValueError as e:
+            out[i] = e
+    for i, scored in zip(good, _judge_jobs(jobs, mode, backend), strict=True):
+        out[i] = scored
+    return out
+
+
+@verifier("code", batch=code_rewards_batch)
 def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fraction", "all"] = "fraction",
                 backend: str = "auto") -> dict[str, Any] | None:
     """Score a completion's program against `sample["tests"]` (see the module docstring).
@@ -111,20 +133,30 @@ def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
         raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
     jobs = []
     for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
-        if "tests" not in sample:
-            raise ValueError(f"code verifier needs sample['tests']; sample {i} has {sorted(sample)}")
         try:
-            language = sample.get("language") or "python"
-            jobs.append(sandbox.Job(
-                program=build_program(extract_program(completion, language), sample),
-                tests=build_tests(sample),
-                test_type=sample.get("test_type", "stdio"),
-                checker=sample.get("checker") or "lines",
-                limits=sandbox.Limits.from_mapping(sample.get("limits")),
-                language=language,
-            ))
+            jobs.append(build_job(completion, sample))
         except ValueError as e:
             raise ValueError(f"code verifier, sample {i}: {e}") from None
+    return _judge_jobs(jobs, mode, backend)
+
+
+def build_job(completion: str, sample: dict[str, Any]) -> sandbox.Job:
+    """The sandbox Job for one completion and its sample (see the module docstring for the fields read).
+    Raises ValueError for a malformed sample, naming what is wrong."""
+    if "tests" not in sample:
+        raise ValueError(f"code verifier needs sample['tests']; the sample has {sorted(sample)}")
+    language = sample.get("language") or "python"
+    return sandbox.Job(
+        program=build_program(extract_program(completion, language), sample),
+        tests=build_tests(sample),
+        test_type=sample.get("test_type", "stdio"),
+        checker=sample.get("checker") or "lines",
+        limits=sandbox.Limits.from_mapping(sample.get("limits")),
+        language=language,
+    )
+
+
+def _judge_jobs(jobs: list[sandbox.Job], mode: Literal["fraction", "all"], backend: str) -> list[dict[str, Any] | None]:
     try:
         results = sandbox.run_many(jobs, backend=backend)
     except sandbox.SandboxUnavailable:

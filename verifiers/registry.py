@@ -40,7 +40,12 @@ class UnknownVerifierError(KeyError):
         return str(self.args[0]) if self.args else "unknown verifier"
 
 
-def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[VerifierFn], VerifierFn]:
+BatchFn = Callable[..., list[Any]]
+"""``(completions: list[str], samples: list[dict], **kwargs) -> list`` of what the verifier returns for each."""
+
+
+def verifier(name: str, *, cache_key: CacheKeyFn | None = None,
+             batch: BatchFn | None = None) -> Callable[[VerifierFn], VerifierFn]:
     """Decorator registering ``fn`` under ``name``.
 
     Args:
@@ -49,6 +54,10 @@ def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[Ver
             :class:`verifiers.reward.RewardFunction` computes the key in the parent process and reuses the
             score of an earlier call with the same key instead of calling the verifier again (the math
             verifier keys on ``(gold, extracted answer)``). It must be cheap and must never hang.
+        batch: optional ``(completions, samples, **kwargs) -> list`` scoring many samples at once, in order
+            (one result per sample, as ``fn`` would return it, or an exception instance: that sample failed). A :class:`verifiers.reward.RewardFunction`
+            then sends all of a ``score()`` call's samples for this verifier to one worker call instead of
+            one call per sample (the ``code`` verifier judges them in one ``sandbox.run_many``).
 
     Raises:
         ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function.
@@ -65,6 +74,8 @@ def verifier(name: str, *, cache_key: CacheKeyFn | None = None) -> Callable[[Ver
             )
         if cache_key is not None:
             fn.cache_key = cache_key  # type: ignore[attr-defined]
+        if batch is not None:
+            fn.batch = batch  # type: ignore[attr-defined]
         fn.verifier_name = name  # type: ignore[attr-defined]
         _REGISTRY[name] = fn
         return fn
