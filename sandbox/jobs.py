@@ -58,6 +58,9 @@ class Job:
             except ValueError as e:
                 raise ValueError(f"tests for test_type {kind!r} is a string that is not JSON: {e}") from None
         _CHECK[kind](tests)
+        # Split once, here: the scheduler's threads read it, and CPython 3.11's ast is not thread-safe
+        # ("AST constructor recursion depth mismatch" under concurrent ast.parse).
+        object.__setattr__(self, "_units", tuple(split_assert_code(tests)) if kind == "assert" else ())
         object.__setattr__(self, "test_type", kind)
         object.__setattr__(self, "tests", tests)
         object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
@@ -77,7 +80,7 @@ class Job:
             return len(self.tests)
         if self.test_type == "call":
             return len(self.tests["cases"])
-        return sum(is_test for _, is_test in split_assert_code(self.tests))
+        return sum(is_test for _, is_test in self._units)
 
     def sandbox_view(self) -> dict[str, Any]:
         """What the sandbox's driver receives for this job: inputs, call arguments or assert code, and
@@ -103,7 +106,7 @@ class Job:
             view["fn"] = self.tests["fn_name"]
             view["cases"] = [{"args": c["args"], "kwargs": c.get("kwargs", {})} for c in self.tests["cases"]]
         else:
-            view["units"] = [{"code": code, "test": is_test} for code, is_test in split_assert_code(self.tests)]
+            view["units"] = [{"code": code, "test": is_test} for code, is_test in self._units]
         return view
 
 
@@ -154,8 +157,7 @@ def _check_call(tests: Any) -> None:
 
 def _check_assert(tests: Any) -> None:
     if not isinstance(tests, str):
-        raise ValueError(f"assert tests must be Python source (str), got {_kind(tests)}")
-    split_assert_code(tests)
+        raise ValueError(f"assert tests must be Python source (str), got {_kind(tests)}")  # parsed by Job itself
 
 
 def _kind(value: Any) -> str:

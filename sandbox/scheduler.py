@@ -20,7 +20,7 @@ from sandbox.errors import SandboxError
 from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus
 
-MAX_BATCH = int(os.environ.get("RLVR_SANDBOX_BATCH", 8))  # jobs per sandbox exec
+MAX_BATCH = int(os.environ.get("RLVR_SANDBOX_BATCH", 16))  # jobs per sandbox exec (fewer when few are pending)
 MAX_ATTEMPTS = 2  # runs of a job whose sandbox broke under it
 MAX_SILENT_BREAKS = 3  # batches broken before any job started, per job, before we give up
 

@@ -45,6 +45,8 @@ class _Driver:
         self.timeout_bin = shutil.which("timeout") or "/usr/bin/timeout"
         self.runner_source = batch["runner"]
         self.nproc = batch.get("nproc")
+        # Python programs are forked from a warm interpreter when the batch asks for it (see forkserver.py)
+        self.forkserver = _ForkServer(self, batch["forkserver"]) if batch.get("forkserver") else None
         self.session = None  # the _RpcSession running now, for SIGALRM
         self.dirty = False  # a clean-up failed: processes may survive, the sandbox must not be reused
         self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
@@ -76,6 +78,9 @@ class _Driver:
             self.session.on_alarm()
 
     def reap(self):
+        """Collect the status of every child that ended (and the fork server's reports on its children)."""
+        if self.forkserver is not None:
+            self.forkserver.collect()
         while True:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -91,9 +96,7 @@ class _Driver:
         takes one; 0: none). Returns a _Proc."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        env = {"PATH": SPAWN_PATH, "HOME": self.workdir, "TMPDIR": self.workdir,
-               "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "MALLOC_ARENA_MAX": "2"}
+        env = self.program_env()
         cpu_s = cpu_s or job["time_s"]
         if memory_mb is None:
             memory_mb = job["memory_mb"] if job.get("address_space", True) else 0
@@ -122,6 +125,21 @@ class _Driver:
         os.close(err_w)
         return _Proc(pid, out_r, err_r)
 
+    def program_env(self):
+        """The environment of every program (and of the fork server, whose children inherit it)."""
+        return {"PATH": SPAWN_PATH, "HOME": self.workdir, "TMPDIR": self.workdir, "LANG": "C.UTF-8",
+                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+
+    def spawn_python(self, job, args, stdin_fd, extra_fds=(), budget_s=None):
+        """Run `python3 -I -B args...` for job: a child of the fork server when there is one (a fork instead
+        of an interpreter start), else exec'd under `timeout -s KILL`. Returns a _Proc."""
+        budget_s = budget_s or job["time_s"]
+        if self.forkserver is not None:
+            proc = self.forkserver.spawn(args, job, stdin_fd, extra_fds, cpu_s=budget_s)
+            if proc is not None:
+                return proc
+        return self.spawn(self.program_argv(job, *args, budget_s=budget_s), job, stdin_fd, extra_fds, cpu_s=budget_s)
+
     def program_argv(self, job, *args, budget_s):
         # `timeout -s KILL` is the inner backstop; the driver itself kills at the job's own deadline.
         backstop = [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0)]
@@ -129,9 +147,22 @@ class _Driver:
             return backstop + list(job["run"])  # run in the work folder, found on SPAWN_PATH
         return backstop + [self.python, "-I", "-B", *args]
 
+    def others(self):
+        """Processes of the sandbox that are neither us, pid 1 nor the fork server (outside a pid namespace:
+        our children but the fork server)."""
+        self.reap()
+        keep = {os.getpid(), 1, self.forkserver.pid if self.forkserver is not None else None}
+        if not self.pid_namespace:
+            return [pid for pid in _children(os.getpid()) if pid not in keep]
+        return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
+
     def kill_all(self):
         """Kill every other process in the sandbox (only our descendants outside a pid namespace); True when
-        none is left within 3 s."""
+        none is left within 3 s. The fork server survives when nothing else is left (the usual case)."""
+        if not self.others():
+            return True
+        if self.pid_namespace and self.forkserver is not None:
+            self.forkserver.stop()  # kill(-1) cannot spare it; it restarts on next use
         end = time.monotonic() + 3.0
         while time.monotonic() < end:
             if self.pid_namespace:
@@ -140,10 +171,10 @@ class _Driver:
                 except ProcessLookupError:
                     pass
             else:
-                for pid in _children(os.getpid()):
+                for pid in self.others():
                     _kill(pid)
             self.reap()
-            if not _children(os.getpid()):
+            if not self.others():
                 if not self.pid_namespace:
                     return True
                 try:
@@ -152,6 +183,11 @@ class _Driver:
                     return True
             time.sleep(0.005)
         return False
+
+    def wake_fds(self):
+        """What wakes a wait for a child's end: SIGCHLD's wakeup pipe and the fork server's socket."""
+        server = self.forkserver.fileno() if self.forkserver is not None else None
+        return [self.wake_r] if server is None else [self.wake_r, server]
 
     def wait_exit(self, proc, until):
         """Wait until proc has been reaped or `until` (monotonic s) passes; True when it was reaped."""
@@ -165,7 +201,7 @@ class _Driver:
             if left <= 0:
                 return False
             try:
-                select.select([self.wake_r], [], [], min(left, 0.05))
+                select.select(self.wake_fds(), [], [], min(left, 0.05))
             except _Abort:
                 pass
             _drain(self.wake_r)
@@ -197,10 +233,10 @@ class _Driver:
             left = until - time.monotonic()
             if left <= 0:
                 raise _Abort("timeout", "no result within %.3g s" % proc.limit_s)
-            ready, _, _ = select.select(open_fds + [self.wake_r], [], [], left)
+            ready, _, _ = select.select(open_fds + self.wake_fds(), [], [], left)
             for fd in ready:
-                if fd == self.wake_r:
-                    _drain(fd)
+                if fd not in open_fds:  # a signal, or a report from the fork server
+                    _drain(self.wake_r)
                     self.reap()
                     continue
                 chunk = os.read(fd, 65536)
@@ -357,7 +393,10 @@ class _Driver:
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)  # input reaches no path the program can list
         os.write(stdin_fd, text.encode("utf-8"))
         os.lseek(stdin_fd, 0, os.SEEK_SET)
-        proc = self.spawn(self.program_argv(job, path, budget_s=job["time_s"]), job, stdin_fd)
+        if job.get("language", "python") == "python":
+            proc = self.spawn_python(job, [path], stdin_fd)
+        else:
+            proc = self.spawn(self.program_argv(job, path, budget_s=job["time_s"]), job, stdin_fd)
         os.close(stdin_fd)
         proc.limit_s = job["time_s"]
         try:
@@ -379,6 +418,8 @@ def _main():
     driver = _Driver(batch)
     driver.emit({"hello": os.getpid()})
     driver.run_batch()
+    if driver.forkserver is not None:
+        driver.forkserver.stop()
     return 0
 
 
