@@ -4,8 +4,8 @@
     .venv/bin/python benchmarks/bench_sandbox.py --programs 40 --designs pooled-fork,bwrap-fork   # quicker
 
 Designs (all run the same in-sandbox driver, with the same limits and as many parallel sandboxes):
-  fresh        one new container per program (started, one `docker exec`, removed), every test a new
-               interpreter: the naive Docker design;
+  fresh        one new container per program (started, one `docker exec`, removed): the naive Docker
+               design (the same driver, so Python runs fork from a fork server started per program);
   pooled-exec  warm pooled containers, up to 16 programs per `docker exec`, every test a new interpreter
                (this project before the fork server);
   pooled-fork  the same, Python runs forked from a warm interpreter in the container (this project);
@@ -50,7 +50,7 @@ from verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
 CASES = Path("/work/shared/cases/code_dev.jsonl")
 OUT = ROOT / "benchmarks" / "results" / "sandbox.md"
 LABELS = {
-    "fresh": "(a) fresh container per program, new interpreter per test",
+    "fresh": "(a) fresh container per program (fork server inside)",
     "pooled-exec": "(b) pooled containers, batched, new interpreter per test",
     "pooled-fork": "(c) pooled containers, batched, fork server (this project)",
     "bwrap-exec": "(d) bubblewrap, batched, new interpreter per test",
@@ -127,7 +127,7 @@ def cpu_seconds(backend: Backend | None) -> float | None:
         return None
     own = resource.getrusage(resource.RUSAGE_SELF)
     total = own.ru_utime + own.ru_stime
-    for container_id in list(backend.pool._live):
+    for container_id in backend.pool.container_ids():
         try:
             total += int(Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage").read_text()) / 1e9
         except (OSError, ValueError):
@@ -213,7 +213,9 @@ def main() -> int:
                 execute(backend, jobs[:2], max_batch=max_batch)  # warm: containers started, caches filled
                 passed, wall, cpu = judge_with_backend(backend, jobs, max_batch)
             agree = sum(p == ok for p, (_, ok) in zip(passed, items))
-            label = LABELS[name] if language == "python" else LABELS[name].replace(", fork server", "")
+            label = LABELS[name]
+            if language != "python":  # the fork server serves Python only
+                label = label.replace(" (fork server inside)", "").replace(", fork server", "")
             cpu_cols = (f"{1000 * cpu / len(jobs):.0f} | {2 * len(jobs) / cpu:.1f}" if cpu else "n/a | n/a")
             row = (f"| {workload} | {label} | {len(jobs)} | {n_tests} | {wall:.1f} | {len(jobs) / wall:.2f} | "
                    f"{n_tests / wall:.1f} | {cpu_cols} | {agree}/{len(jobs)} |")

@@ -31,8 +31,9 @@ TEST_TYPES = {
 
 @dataclass(frozen=True)
 class Job:
-    """One program and its tests. Raises ValueError on creation when a field has the wrong shape, naming
-    the field and the expected shape."""
+    """One program and its tests, in `language` (python, c, cpp, java or javascript, or an alias; see
+    `sandbox.languages`). Raises ValueError on creation when a field has the wrong shape, naming the field
+    and the expected shape (an unknown language: naming the supported ones)."""
 
     program: str
     tests: Any

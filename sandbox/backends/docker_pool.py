@@ -185,6 +185,11 @@ class ContainerPool:
         for t in threads:
             t.join(timeout=20)
 
+    def container_ids(self) -> list[str]:
+        """Ids of the containers this pool holds (idle or in use)."""
+        with self._lock:
+            return list(self._live)
+
     def size(self) -> int:
         """Number of containers this pool holds (idle or in use)."""
         with self._lock:
