@@ -94,6 +94,7 @@ class Job:
         }
         if self.language != "python":  # Python is compiled and run by the driver itself
             lang = self.parsed_language
+            view["time_s"] = float(lim.time_s) + lang.startup_s
             names = {"cls": java_class_name(self.program) if lang.name == "java" else "",
                      "memory_mb": int(lim.memory_mb), "compile_memory_mb": int(lim.compile_memory_mb)}
             names["src"] = lang.source.format(**names)

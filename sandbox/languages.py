@@ -8,6 +8,7 @@
 | `java`       |                  | Main.java (or `X.java` for the one public class X) | javac | java -Xmx... X |
 | `javascript` | js, node, nodejs | main.js                | node --check (syntax only)            | node                |
 
+Java and JavaScript get `startup_s` (1 s, 0.5 s) added to each test's time limit for their runtime's start.
 The compile step has its own limits (`Limits.compile_time_s`, `Limits.compile_memory_mb`); its message
 becomes the CE detail. Memory: C, C++ and Python run under RLIMIT_AS = `memory_mb`; the JVM and V8
 reserve far more address space than they use, so Java and JavaScript get no RLIMIT_AS and are bounded by
@@ -32,7 +33,9 @@ class Language:
     argv templates, run in the work folder, with "{src}", "{cls}", "{memory_mb}" and
     "{compile_memory_mb}" filled in per job; compile None: Python (checked by the driver itself).
     tools: executables the sandbox must have. address_space: RLIMIT_AS = memory_mb applies (else the
-    language's own heap flag bounds memory).
+    language's own heap flag bounds memory). startup_s: seconds added to each test's time limit for the
+    runtime's own start (a JVM takes ~0.5 s, more on a loaded machine), so that a correct Java program is
+    not TLE where the same C++ program passes.
     """
 
     name: str
@@ -41,6 +44,7 @@ class Language:
     run: tuple[str, ...]
     tools: tuple[str, ...]
     address_space: bool = True
+    startup_s: float = 0.0
 
 
 LANGUAGES: dict[str, Language] = {
@@ -53,9 +57,10 @@ LANGUAGES: dict[str, Language] = {
                      ("javac", "-J-Xmx{compile_memory_mb}m", *("-J" + f for f in _JVM), "-J-XX:TieredStopAtLevel=1",
                       "-encoding", "UTF-8", "-d", ".", "{src}"),
                      ("java", "-Xmx{memory_mb}m", "-Xss64m", *_JVM, "-cp", ".", "{cls}"), ("javac", "java"),
-                     address_space=False),
+                     address_space=False, startup_s=1.0),
     "javascript": Language("javascript", "main.js", ("node", "--check", "{src}"),
-                           ("node", "--max-old-space-size={memory_mb}", "{src}"), ("node",), address_space=False),
+                           ("node", "--max-old-space-size={memory_mb}", "{src}"), ("node",), address_space=False,
+                           startup_s=0.5),
 }
 ALIASES = {"py": "python", "python3": "python", "c++": "cpp", "cxx": "cpp", "js": "javascript", "node": "javascript",
            "nodejs": "javascript"}
