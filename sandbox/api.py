@@ -1,10 +1,12 @@
 """The public entry points: `run` one program, `run_many` for throughput."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sandbox.backends import get_backend
+from sandbox.errors import SandboxUnavailable
 from sandbox.jobs import Job
+from sandbox.languages import parse_language
 from sandbox.judge import judge
 from sandbox.limits import Limits
 from sandbox.results import ExecStatus, JudgeResult
@@ -13,12 +15,14 @@ from sandbox.scheduler import execute
 
 def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "lines",
         limits: Limits | Mapping[str, Any] = Limits(), backend: str = "auto") -> JudgeResult:
-    """Run `program` (Python source) against `tests` in a sandbox and judge every test.
+    """Run `program` (Python source; for another language use `run_many` with `Job(..., language=...)`)
+    against `tests` in a sandbox and judge every test.
 
     test_type: stdio, call or assert (formats in `sandbox.jobs`); checker: for stdio and call (see
     `sandbox.checkers`); limits: Limits or a dict like {"time_s": 2, "memory_mb": 256}; backend: auto,
     docker, bwrap or none (no isolation: only when named).
-    Raises ValueError for malformed tests, checker or limits; SandboxUnavailable when no backend can run.
+    Raises ValueError for malformed tests, checker or limits; SandboxUnavailable when no backend can run (or
+    the backend lacks a job's language toolchain).
 
     >>> run("print(int(input()) * 2)", [{"input": "21\\n", "output": "42\\n"}]).passed  # doctest: +SKIP
     True
@@ -26,13 +30,19 @@ def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "line
     return run_many([Job(program, tests, test_type, checker, Limits.from_mapping(limits))], backend=backend)[0]
 
 
-def run_many(jobs: Sequence[Job], backend: str = "auto") -> list[JudgeResult]:
+def run_many(jobs: Sequence[Job], backend: str = "auto",
+             on_done: Callable[[int], None] | None = None) -> list[JudgeResult]:
     """Judge many programs at once (in job order): several programs per sandbox exec, a warm container
-    pool, as many sandboxes in parallel as the backend allows. Raises as `run` does."""
+    pool, as many sandboxes in parallel as the backend allows. on_done(i) is called from a worker thread
+    as program i finishes (progress bars). Raises as `run` does."""
     if not jobs:
         return []
     impl = get_backend(backend)
-    results = execute(impl, jobs)
+    for language in {job.language for job in jobs}:
+        problem = impl.language_problem(parse_language(language))
+        if problem:
+            raise SandboxUnavailable(problem)
+    results = execute(impl, jobs, on_done=on_done)
     judged = []
     for job, runs in zip(jobs, results, strict=True):
         error = next((r.detail for r in runs if r.status is ExecStatus.SANDBOX_ERROR), None)

@@ -4,15 +4,17 @@ sandbox by the backend)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from sandbox.harness import runner_source
+from sandbox.harness import forkserver_source, runner_source
 from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus
 
 HELLO_S = 30.0  # the driver must be up within this many seconds (a cold Python on a loaded machine)
-COMPILE_S = 20.0  # extra seconds for a job's first event: the driver compiles the program first
+COMPILE_S = 20.0  # extra seconds for a job's first event beyond its compile limit (the driver compiles first)
+FORK_SERVER = os.environ.get("RLVR_SANDBOX_FORKSERVER", "1") != "0"
 DONE_S = 15.0  # seconds for the clean-up after a job (kill everything, wipe scratch)
 
 
@@ -52,15 +54,20 @@ class BatchOutcome:
 
 
 def request_bytes(jobs: Sequence[Job], *, pid_namespace: bool, scratch: Sequence[str], nproc: int | None,
-                  python: str = "python3") -> bytes:
+                  python: str = "python3", fork_server: bool | None = None) -> bytes:
     """The driver's stdin for a batch: a decimal byte count, a newline, then the JSON batch.
 
     pid_namespace: the driver may kill(-1) (never outside a private pid namespace). scratch: writable
     folders it wipes after each job (the first holds the work folder). nproc: RLIMIT_NPROC for programs,
-    or None (Docker counts processes with its pids limit instead)."""
+    or None (Docker counts processes with its pids limit instead). fork_server: fork Python programs from
+    a warm interpreter (`sandbox/harness/forkserver.py`) instead of starting one per run (default: on,
+    unless RLVR_SANDBOX_FORKSERVER=0)."""
+    if fork_server is None:
+        fork_server = FORK_SERVER
     body = json.dumps({
         "pid_namespace": pid_namespace, "scratch": list(scratch), "nproc": nproc, "python": python,
-        "runner": runner_source(), "jobs": [job.sandbox_view() for job in jobs],
+        "runner": runner_source(), "forkserver": forkserver_source() if fork_server else None,
+        "jobs": [job.sandbox_view() for job in jobs],
     }).encode("utf-8")
     return b"%d\n" % len(body) + body
 
@@ -80,7 +87,7 @@ def run_batch(channel: Channel, jobs: Sequence[Job], request: bytes) -> BatchOut
             outcome.partial = {i: []}
             limit_s = 2 * job.limits.time_s + 10.0
             while len(outcome.partial[i]) < job.n_tests:
-                first = COMPILE_S if not outcome.partial[i] else 0.0
+                first = COMPILE_S + job.limits.compile_time_s if not outcome.partial[i] else 0.0
                 event = _event(channel.read_line(limit_s + first))
                 if event.get("job") != i or event.get("test") != len(outcome.partial[i]):
                     raise _Broken(f"driver event out of order: {str(event)[:200]}")

@@ -1,9 +1,11 @@
 """Output checkers, run on the host after the sandbox: the expected output never enters the sandbox.
 
 For stdio tests (`Checker.same_output`):
-  exact     byte-for-byte equal text;
-  lines     line by line after dropping trailing whitespace on each line (so CRLF = LF) and trailing empty
-            lines; every line must match, none may be missing or extra;
+  exact     byte-for-byte equal text (a missing final newline or a trailing space is WA);
+  lines     line by line after stripping whitespace from both ends of each line (so CRLF = LF, and
+            " 7 " = "7") and dropping empty lines at the start and the end, as the graders of APPS, TACO
+            and LiveCodeBench compare; every line must match, none may be missing or extra, and spaces
+            inside a line count ("1  2" is not "1 2");
   lines_ci  `lines`, ignoring case;
   float:TOL whitespace-separated tokens; numeric tokens may differ by TOL absolute or TOL relative to the
             expected number, other tokens must be equal; the token counts must match ("float_1e-6" and a
@@ -154,10 +156,11 @@ def _close_numbers(x: float, y: float, tol: float) -> bool:
 
 
 def _lines(text: str) -> list[str]:
-    lines = [line.rstrip() for line in text.split("\n")]
+    lines = [line.strip() for line in text.split("\n")]
     while lines and not lines[-1]:
         lines.pop()
-    return lines
+    start = next((i for i, line in enumerate(lines) if line), len(lines))
+    return lines[start:]
 
 
 def _first_difference(got: str, expected: str) -> str:

@@ -8,6 +8,8 @@ Test formats (`test_type`, with the aliases datasets use):
          statement that is an assert, a call (e.g. `check(candidate)`) or contains an assert is one test;
          other statements (imports, defs, assignments) are setup.
 A `tests` value given as a JSON string (as some datasets store it) is parsed for stdio and call.
+`language` (python by default; c, cpp, java, javascript: see `sandbox.languages`) says how the program is
+compiled and run; languages other than Python have stdio tests only.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from sandbox.checkers import Checker, parse_checker
+from sandbox.languages import Language, java_class_name, parse_language
 from sandbox.limits import Limits
 
 TEST_TYPES = {
@@ -28,21 +31,27 @@ TEST_TYPES = {
 
 @dataclass(frozen=True)
 class Job:
-    """One program and its tests. Raises ValueError on creation when a field has the wrong shape, naming
-    the field and the expected shape."""
+    """One program and its tests, in `language` (python, c, cpp, java or javascript, or an alias; see
+    `sandbox.languages`). Raises ValueError on creation when a field has the wrong shape, naming the field
+    and the expected shape (an unknown language: naming the supported ones)."""
 
     program: str
     tests: Any
     test_type: str = "stdio"
     checker: str = "lines"
     limits: Limits = field(default_factory=Limits)
+    language: str = "python"
 
     def __post_init__(self) -> None:
         if not isinstance(self.program, str):
-            raise ValueError(f"program must be Python source text (str), got {type(self.program).__name__}")
+            raise ValueError(f"program must be source text (str), got {type(self.program).__name__}")
         if self.test_type not in TEST_TYPES:
             raise ValueError(f"unknown test_type {self.test_type!r}; valid: {', '.join(TEST_TYPES)}")
         kind = TEST_TYPES[self.test_type]
+        lang = parse_language(self.language)
+        if lang.name != "python" and kind != "stdio":
+            raise ValueError(f"{kind} tests need a Python program; a {lang.name} program can only have stdio tests")
+        object.__setattr__(self, "language", lang.name)
         tests = self.tests
         if isinstance(tests, str) and kind != "assert":
             try:
@@ -50,10 +59,17 @@ class Job:
             except ValueError as e:
                 raise ValueError(f"tests for test_type {kind!r} is a string that is not JSON: {e}") from None
         _CHECK[kind](tests)
+        # Split once, here: the scheduler's threads read it, and CPython 3.11's ast is not thread-safe
+        # ("AST constructor recursion depth mismatch" under concurrent ast.parse).
+        object.__setattr__(self, "_units", tuple(split_assert_code(tests)) if kind == "assert" else ())
         object.__setattr__(self, "test_type", kind)
         object.__setattr__(self, "tests", tests)
         object.__setattr__(self, "limits", Limits.from_mapping(self.limits))
         parse_checker(self.checker)
+
+    @property
+    def parsed_language(self) -> Language:
+        return parse_language(self.language)
 
     @property
     def parsed_checker(self) -> Checker:
@@ -65,7 +81,7 @@ class Job:
             return len(self.tests)
         if self.test_type == "call":
             return len(self.tests["cases"])
-        return sum(is_test for _, is_test in split_assert_code(self.tests))
+        return sum(is_test for _, is_test in self._units)
 
     def sandbox_view(self) -> dict[str, Any]:
         """What the sandbox's driver receives for this job: inputs, call arguments or assert code, and
@@ -74,15 +90,25 @@ class Job:
         view: dict[str, Any] = {
             "program": self.program, "kind": self.test_type, "time_s": float(lim.time_s),
             "memory_mb": int(lim.memory_mb), "output_bytes": int(lim.output_kb * 1024),
-            "file_mb": int(lim.scratch_mb),
+            "file_mb": int(lim.scratch_mb), "language": self.language,
         }
+        if self.language != "python":  # Python is compiled and run by the driver itself
+            lang = self.parsed_language
+            view["time_s"] = float(lim.time_s) + lang.startup_s
+            names = {"cls": java_class_name(self.program) if lang.name == "java" else "",
+                     "memory_mb": int(lim.memory_mb), "compile_memory_mb": int(lim.compile_memory_mb)}
+            names["src"] = lang.source.format(**names)
+            view.update(source=names["src"], compile=[a.format(**names) for a in lang.compile or ()],
+                        run=[a.format(**names) for a in lang.run], tools=list(lang.tools),
+                        address_space=lang.address_space, compile_time_s=float(lim.compile_time_s),
+                        compile_memory_mb=int(lim.compile_memory_mb))
         if self.test_type == "stdio":
             view["inputs"] = [t.get("input", "") for t in self.tests]
         elif self.test_type == "call":
             view["fn"] = self.tests["fn_name"]
             view["cases"] = [{"args": c["args"], "kwargs": c.get("kwargs", {})} for c in self.tests["cases"]]
         else:
-            view["units"] = [{"code": code, "test": is_test} for code, is_test in split_assert_code(self.tests)]
+            view["units"] = [{"code": code, "test": is_test} for code, is_test in self._units]
         return view
 
 
@@ -133,8 +159,7 @@ def _check_call(tests: Any) -> None:
 
 def _check_assert(tests: Any) -> None:
     if not isinstance(tests, str):
-        raise ValueError(f"assert tests must be Python source (str), got {_kind(tests)}")
-    split_assert_code(tests)
+        raise ValueError(f"assert tests must be Python source (str), got {_kind(tests)}")  # parsed by Job itself
 
 
 def _kind(value: Any) -> str:

@@ -15,6 +15,10 @@ class Limits:
     pids: processes and threads the sandbox may hold at once (Docker pids limit; RLIMIT_NPROC in bwrap).
     scratch_mb: size of the writable scratch tmpfs (the only writable place), in MiB; also the largest file.
     cpus: CPU share of one sandbox (Docker CPU quota), in cores.
+    compile_time_s: wall-clock (and CPU) seconds for compiling the program, once per program (C, C++,
+        Java; JavaScript's syntax check); more is CE.
+    compile_memory_mb: the compiler's address-space limit (javac: its heap), in MiB; under Docker the
+        container's memory cgroup bounds it too.
     """
 
     time_s: float = 2.0
@@ -23,14 +27,20 @@ class Limits:
     pids: int = 64
     scratch_mb: int = 64
     cpus: float = 1.0
+    compile_time_s: float = 30.0
+    compile_memory_mb: int = 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"Limits.{f.name} must be a positive number, got {value!r}")
-        if self.time_s > 600:
-            raise ValueError(f"Limits.time_s must be at most 600 s, got {self.time_s!r}")
+        for name in ("time_s", "compile_time_s"):
+            if getattr(self, name) > 600:
+                raise ValueError(f"Limits.{name} must be at most 600 s, got {getattr(self, name)!r}")
+        if self.compile_memory_mb < 128:
+            raise ValueError(f"Limits.compile_memory_mb must be at least 128 (compilers need it), "
+                             f"got {self.compile_memory_mb!r}")
         if self.memory_mb < 32:
             raise ValueError(f"Limits.memory_mb must be at least 32 (Python needs ~20 MiB), got {self.memory_mb!r}")
         if self.pids < 8:

@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from collections import deque
-from typing import Sequence
+from typing import Callable, Sequence
 
 from sandbox.backends.base import Backend
 from sandbox.batch import BatchOutcome
@@ -20,16 +20,18 @@ from sandbox.errors import SandboxError
 from sandbox.jobs import Job
 from sandbox.results import ExecResult, ExecStatus
 
-MAX_BATCH = int(os.environ.get("RLVR_SANDBOX_BATCH", 8))  # jobs per sandbox exec
+MAX_BATCH = int(os.environ.get("RLVR_SANDBOX_BATCH", 16))  # jobs per sandbox exec (fewer when few are pending)
 MAX_ATTEMPTS = 2  # runs of a job whose sandbox broke under it
 MAX_SILENT_BREAKS = 3  # batches broken before any job started, per job, before we give up
 
 
-def execute(backend: Backend, jobs: Sequence[Job], max_batch: int = MAX_BATCH) -> list[list[ExecResult]]:
+def execute(backend: Backend, jobs: Sequence[Job], max_batch: int = MAX_BATCH,
+            on_done: Callable[[int], None] | None = None) -> list[list[ExecResult]]:
     """Run every job on `backend`; returns each job's ExecResults (one per test), in job order.
 
+    on_done(i) is called (from a worker thread) as job i finishes, e.g. to move a progress bar.
     Raises SandboxError when the sandbox keeps failing before it runs anything (e.g. the engine is down)."""
-    state = _State(jobs)
+    state = _State(jobs, on_done)
     n_workers = max(1, min(backend.workers(), len(jobs)))
     threads = [threading.Thread(target=_worker, args=(backend, state, max_batch, n_workers), daemon=True)
                for _ in range(n_workers)]
@@ -44,8 +46,9 @@ def execute(backend: Backend, jobs: Sequence[Job], max_batch: int = MAX_BATCH) -
 
 
 class _State:
-    def __init__(self, jobs: Sequence[Job]) -> None:
+    def __init__(self, jobs: Sequence[Job], on_done: Callable[[int], None] | None = None) -> None:
         self.jobs = jobs
+        self.on_done = on_done
         self.pending: deque[int] = deque(range(len(jobs)))
         self.results: list[list[ExecResult] | None] = [None] * len(jobs)
         self.attempts = [0] * len(jobs)
@@ -80,6 +83,8 @@ class _State:
     def finish(self, i: int, results: list[ExecResult]) -> None:
         self.results[i] = results
         self.remaining -= 1
+        if self.on_done is not None:
+            self.on_done(i)
 
 
 def _worker(backend: Backend, state: _State, max_batch: int, n_workers: int) -> None:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Sets up the code sandbox (called by `make sandbox`, so by `make test` and CI). Idempotent and fast when done:
-#   1. apt-get installs docker.io and bubblewrap, only when `dockerd` / `bwrap` are missing;
+#   1. apt-get installs docker.io and bubblewrap, only when `dockerd` / `bwrap` are missing, and the host
+#      toolchains the bubblewrap backend runs from the host's /usr (gcc, g++, a headless JDK, nodejs);
 #   2. starts `dockerd` in the background when `docker info` fails, and waits for it (60 s at most);
 #   3. builds the sandbox image only when `docker image inspect` fails: from the cached root-fs tarball under
-#      /var/cache/rlvr-sandbox/ when present, else debootstrap (minbase + python3) into that tarball first.
+#      /var/cache/rlvr-sandbox/ when present, else debootstrap (minbase + $RLVR_SANDBOX_PACKAGES: python3,
+#      gcc/g++, openjdk-17-jdk-headless, nodejs) into that tarball first. A new tag in image.env is built
+#      alongside the old image, so containers of the old tag keep working until it is imported.
 # No registry is used. Needs root; as another user it only reports what is missing and exits 0.
 # When Docker cannot be made to work here (no dockerd allowed, no mirror), it says so and exits 0: the
 # sandbox then uses bubblewrap and the Docker tests skip, naming the reason.
@@ -45,7 +48,11 @@ apt_install() {  # apt_install PKG...: install Debian packages, running `apt-get
 missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v bwrap >/dev/null || missing+=(bubblewrap)
-if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; else log "docker.io and bubblewrap present"; fi
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+command -v g++ >/dev/null || missing+=(g++)
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v node >/dev/null || missing+=(nodejs)
+if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; else log "docker.io, bubblewrap and the toolchains present"; fi
 
 # 2. Engine.
 if docker info >/dev/null 2>&1; then
@@ -89,6 +96,8 @@ if [ ! -s "$tarball" ]; then
   rm -rf "$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/usr/share/doc/* \
          "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/var/log/*
   mkdir -p "$cache_dir"
+  # Java's class-data-sharing archive stays (it halves the JVM's start-up); javadoc and sources do not.
+  rm -rf "$rootfs"/usr/lib/jvm/*/lib/src.zip "$rootfs"/usr/share/locale/*
   tar -C "$rootfs" --numeric-owner -cf "$tarball.part" .
   mv "$tarball.part" "$tarball"
   log "cached root fs: $tarball ($(du -h "$tarball" | cut -f1))"

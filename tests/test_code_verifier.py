@@ -29,6 +29,16 @@ def test_extract_program_takes_the_last_python_block():
     assert extract_program("intro\n```python\nprint(5)\nprint(6)") == "print(5)\nprint(6)"  # cut off
 
 
+def test_extract_program_takes_the_block_of_the_samples_language():
+    text = "```python\nprint(1)\n```\n```cpp\nint main(){}\n```\n```c++\nint main(){return 0;}\n```\n"
+    assert extract_program(text, "cpp") == "int main(){return 0;}\n"
+    assert extract_program(text, "python") == "print(1)\n"
+    assert extract_program("```js\nconsole.log(1)\n```", "javascript") == "console.log(1)\n"
+    assert extract_program("```\nclass Main {}\n```", "java") == "class Main {}\n"  # untagged block
+    with pytest.raises(ValueError, match="unknown language 'cobol'"):
+        extract_program(text, "cobol")
+
+
 def test_build_program_places_the_code_after_the_stub():
     sample = {"entry_point": "f", "stub": "import math\n\ndef f(x):\n    \"\"\"doc\"\"\"\n"}
     full = build_program("def f(x):\n    return math.floor(x)\n", sample)
@@ -72,6 +82,17 @@ def test_humaneval_style_row_with_stub():
     assert code_reward(fenced("def add(a, b):\n    return a - b\n"), sample)["score"] == 0.0
 
 
+@needs_sandbox
+def test_a_cpp_problem_is_judged_as_cpp():
+    sample = {"language": "cpp", "test_type": "stdio", "tests": [{"input": "3 4\n", "output": "7\n"}]}
+    right = fenced("#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a+b;}\n", "cpp")
+    wrong = fenced("#include <iostream>\nint main(){std::cout<<1;}\n", "c++")
+    scored = code_rewards([right, wrong, fenced("print(7)\n")], [sample] * 3)
+    if scored[0] is None:
+        pytest.skip("this sandbox cannot run C++ here")
+    assert [(s["score"], s["verdicts"]) for s in scored] == [(1.0, ["AC"]), (0.0, ["WA"]), (0.0, ["CE"])]
+
+
 def test_bad_rows_and_modes_are_refused():
     with pytest.raises(ValueError, match="mode"):
         code_reward("print(1)", SAMPLE, mode="some")
@@ -79,6 +100,8 @@ def test_bad_rows_and_modes_are_refused():
         code_reward("print(1)", {"test_type": "stdio"})
     with pytest.raises(ValueError, match="unknown limit 'seconds'"):
         code_reward("print(1)", dict(SAMPLE, limits={"seconds": 1}))
+    with pytest.raises(ValueError, match=r"sample 0: unknown language 'rust'; supported: python, c, cpp, java"):
+        code_reward("fn main() {}", dict(SAMPLE, language="rust"))
 
 
 def test_returns_none_when_no_sandbox_can_run(monkeypatch):
@@ -101,15 +124,22 @@ def test_verify_code_command_prints_one_line_per_input_in_order(tmp_path, capsys
         {"id": "c", "solution": "def g():\n    return 1\n", "test_type": "assert", "tests": "assert g() == 1\n",
          "limits": {"time_s": 1}},
         {"id": "d", "solution": "print(1)", "test_type": "stdio", "tests": "not json"},
+        {"id": "e", "solution": "fn main() {}", "language": "rust", "test_type": "stdio",
+         "tests": [{"input": "", "output": "\n"}]},
     ]
     path = tmp_path / "cases.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     rc = run(argparse.Namespace(file=str(path)))
-    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert rc == 1  # one line could not be judged
-    assert [o["id"] for o in out] == ["a", "b", "c", "d"]
+    captured = capsys.readouterr()
+    out = [json.loads(line) for line in captured.out.splitlines()]
+    assert rc == 1  # two lines could not be judged
+    assert [o["id"] for o in out] == ["a", "b", "c", "d", "e"]
+    assert "verify code" in captured.err and "5/5" in captured.err  # the progress bar, on stderr
+    assert "judged 3 programs (2 passed, 2 not judged)" in captured.err
     assert (out[0]["score"], out[0]["passed"], out[0]["verdicts"]) == (1.0, True, ["AC", "AC"])
     assert (out[1]["score"], out[1]["passed"], out[1]["verdicts"]) == (0.5, False, ["AC", "WA"])
     assert (out[2]["passed"], out[2]["verdicts"]) == (True, ["AC"])
     assert out[3]["passed"] is False and "not JSON" in out[3]["error"]
+    assert out[4]["error"] == ("line 5: unknown language 'rust'; supported: python, c, cpp, java, javascript "
+                               "(aliases: c++, cxx, js, node, nodejs, py, python3)")
     assert out[1]["tests"] == rows[1]["tests"]  # the input fields are kept

@@ -14,7 +14,11 @@ from sandbox.harness.codec import EncodeError, decode, encode
     ("1\n2\n", "1\n2\n3\n", False),  # a missing line (zip() would pass it)
     ("1\n2\n3\ndebug\n", "1\n2\n3\n", False),  # an extra line
     ("1\n2\n3\ndebug", "1\n2\n3", False),  # an extra line, no final newlines anywhere
-    (" 1\n", "1\n", False),  # leading whitespace matters
+    (" 1\n", "1\n", True),  # leading whitespace, as APPS, TACO and LiveCodeBench strip it
+    ("\t1 2 \r\n  3\n", "1 2\n3\n", True),  # both ends of every line
+    ("\n\n1\n", "1\n", True),  # empty lines before the output
+    ("1  2\n", "1 2\n", False),  # spaces inside a line count
+    ("1\n\n2\n", "1\n2\n", False),  # an empty line inside the output counts
     ("", "0\n", False),
     ("YES\n", "yes\n", False),
 ])
@@ -33,6 +37,7 @@ def test_exact_checker_is_byte_for_byte():
     assert c.same_output("3\n", "3\n")[0] is True
     assert c.same_output("3", "3\n")[0] is False
     assert c.same_output("3 \n", "3\n")[0] is False
+    assert c.same_output(" 3\n", "3\n")[0] is False  # what `lines` accepts, `exact` does not
 
 
 @pytest.mark.parametrize("got, expected, ok", [

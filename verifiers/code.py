@@ -7,32 +7,45 @@ Example (needs Docker or bubblewrap)::
     {'score': 1.0, 'passed': True, 'verdicts': ['AC'], 'reason': 'all 1 tests passed'}
 
 Fields read from the sample (a dataset row): `tests` and `test_type` (stdio, call or assert; formats in
-`sandbox.jobs`), optional `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
+`sandbox.jobs`), optional `language` (python, c, cpp, java, javascript; default python; other languages
+have stdio tests only), `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
 HumanEval-style rows `entry_point` plus `stub` (the signature and docstring the model was asked to
 complete): a completion that defines the entry point runs after the stub (so the stub's imports and
-helpers exist, the completion's function wins), any other completion continues the stub.
+helpers exist, the completion's function wins), any other completion continues the stub. The stub's
+own imports and helpers (every top-level import, def, class and assignment but the entry point) are also
+run at the top of the test code, in the sandbox's trusted driver, so the tests call the prompt's helpers
+(HumanEval/32 `poly`, /38 `encode_cyclic`, /50 `encode_shift`) even when the completion redefines them.
 
 Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of tests passed (mode="fraction")
 or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
-ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster).
+ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster); a
+`RewardFunction` uses it through the registry's batch hook, so a whole step's completions go to the sandbox
+in one `sandbox.run_many`.
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Any, Literal
 
 import sandbox
 from verifiers.registry import verifier
 
-_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
-_PYTHON = {"python", "py", "python3"}
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+#-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
+# Fence tags that mark a block as written in each language (```cpp, ```c++, ```js, ...).
+FENCE_TAGS = {
+    "python": {"python", "py", "python3"}, "c": {"c"}, "cpp": {"cpp", "c++", "cxx", "cc"},
+    "java": {"java"}, "javascript": {"javascript", "js", "node", "nodejs"},
+}
 
 
-def extract_program(completion: str) -> str:
-    """The program in a completion: the last ```python fenced block, else the last fenced block with no
-    language, else the whole text. An unclosed last fence (a cut-off completion) runs to the end."""
+def extract_program(completion: str, language: str = "python") -> str:
+    """The program in a completion: the last fenced block tagged with `language` (```python, ```cpp, ...),
+    else the last fenced block with no tag, else the whole text. An unclosed last fence (a cut-off
+    completion) runs to the end. Raises ValueError for an unknown language."""
+    lang = sandbox.parse_language(language).name
     blocks = [(m.group("lang").lower(), m.group("body")) for m in _FENCE.finditer(completion)]
-    for wanted in (_PYTHON, {""}):
+    for wanted in (FENCE_TAGS[lang], {""}):
         chosen = [body for lang, body in blocks if lang in wanted]
         if chosen:
             return chosen[-1]
@@ -49,7 +62,54 @@ def build_program(code: str, sample: dict[str, Any]) -> str:
     return stub + code
 
 
-@verifier("code")
+def build_tests(sample: dict[str, Any]) -> Any:
+    """The sample's `tests`; for assert tests with a `stub` and an `entry_point`, preceded by the stub's
+    helpers (`stub_helpers`), so that the names the tests call are bound to the prompt's definitions.
+
+    Without this, a completion that redefines a helper the tests call (e.g. an identity `encode_cyclic`
+    next to an identity `decode_cyclic`) passes a wrong solution: the tests would see the completion's
+    helper. Raises ValueError when the stub does not parse."""
+    tests, stub, entry = sample.get("tests"), sample.get("stub"), sample.get("entry_point")
+    kind = sandbox.TEST_TYPES.get(sample.get("test_type", "stdio"))
+    if kind != "assert" or not isinstance(tests, str) or not isinstance(stub, str) or not isinstance(entry, str):
+        return tests
+    helpers = stub_helpers(stub, entry)
+    return f"{helpers}\n\n\n{tests}" if helpers else tests
+
+
+def stub_helpers(stub: str, entry_point: str) -> str:
+    """The stub's top-level imports, function and class definitions and assignments, except the
+    `entry_point` definition, as source (comments dropped). Raises ValueError when the stub does not parse."""
+    try:
+        tree = ast.parse(stub)
+    except SyntaxError as e:
+        raise ValueError(f"the sample's stub does not parse as Python ({e}); expected a signature and docstring") from None
+    kept = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+    return "\n\n".join(ast.unparse(stmt) for stmt in tree.body if isinstance(stmt, kept)
+                        and getattr(stmt, "name", None) != entry_point)
+
+
+def code_rewards_batch(completions: list[str], samples: list[dict[str, Any]], *,
+                       mode: Literal["fraction", "all"] = "fraction", backend: str = "auto") -> list[Any]:
+    """The registry's batch hook for `code`: `code_rewards`, except that a malformed sample costs only
+    itself (its entry is the ValueError, which `RewardFunction` records as that sample's failure)."""
+    if mode not in ("fraction", "all"):
+        raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
+    out: list[Any] = [None] * len(completions)
+    good: list[int] = []
+    jobs = []
+    for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
+        try:
+            jobs.append(build_job(completion, sample))
+            good.append(i)
+        except ValueError as e:
+            out[i] = e
+    for i, scored in zip(good, _judge_jobs(jobs, mode, backend), strict=True):
+        out[i] = scored
+    return out
+
+
+@verifier("code", batch=code_rewards_batch, score_range=(0.0, 1.0))
 def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fraction", "all"] = "fraction",
                 backend: str = "auto") -> dict[str, Any] | None:
     """Score a completion's program against `sample["tests"]` (see the module docstring).
@@ -58,7 +118,8 @@ def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fract
         mode: "fraction" (share of tests passed) or "all" (1.0 only when every test passes, else 0.0).
         backend: sandbox backend: auto, docker, bwrap (or none: no isolation, trusted code only).
     Raises:
-        ValueError: unknown mode, missing `tests`, or malformed tests/checker/limits (the message names them).
+        ValueError: unknown mode, missing `tests`, an unknown `language`, or malformed tests/checker/limits
+            (the message names them).
     """
     return code_rewards([completion], [sample], mode=mode, backend=backend)[0]
 
@@ -72,18 +133,30 @@ def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
         raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
     jobs = []
     for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
-        if "tests" not in sample:
-            raise ValueError(f"code verifier needs sample['tests']; sample {i} has {sorted(sample)}")
         try:
-            jobs.append(sandbox.Job(
-                program=build_program(extract_program(completion), sample),
-                tests=sample["tests"],
-                test_type=sample.get("test_type", "stdio"),
-                checker=sample.get("checker") or "lines",
-                limits=sandbox.Limits.from_mapping(sample.get("limits")),
-            ))
+            jobs.append(build_job(completion, sample))
         except ValueError as e:
             raise ValueError(f"code verifier, sample {i}: {e}") from None
+    return _judge_jobs(jobs, mode, backend)
+
+
+def build_job(completion: str, sample: dict[str, Any]) -> sandbox.Job:
+    """The sandbox Job for one completion and its sample (see the module docstring for the fields read).
+    Raises ValueError for a malformed sample, naming what is wrong."""
+    if "tests" not in sample:
+        raise ValueError(f"code verifier needs sample['tests']; the sample has {sorted(sample)}")
+    language = sample.get("language") or "python"
+    return sandbox.Job(
+        program=build_program(extract_program(completion, language), sample),
+        tests=build_tests(sample),
+        test_type=sample.get("test_type", "stdio"),
+        checker=sample.get("checker") or "lines",
+        limits=sandbox.Limits.from_mapping(sample.get("limits")),
+        language=language,
+    )
+
+
+def _judge_jobs(jobs: list[sandbox.Job], mode: Literal["fraction", "all"], backend: str) -> list[dict[str, Any] | None]:
     try:
         results = sandbox.run_many(jobs, backend=backend)
     except sandbox.SandboxUnavailable:

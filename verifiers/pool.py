@@ -42,17 +42,21 @@ class Call:
 
     Attributes:
         target: registry name (``"math"``) or import path (``"package.module:function"``).
-        completion: the model's completion text.
-        sample: the dataset row plus ``prompt``, ``completion_tokens``, ``max_new_tokens``, ``finish_reason``.
+        completion: the model's completion text (batch: a list of them).
+        sample: the dataset row plus ``prompt``, ``completion_tokens``, ``max_new_tokens``, ``finish_reason``
+            (batch: a list of them, one per completion).
         kwargs: keyword arguments passed to the verifier.
         timeout_s: wall-clock limit for this call in seconds; past it the worker is killed.
+        batch: call the verifier's ``batch`` function (see :func:`verifiers.registry.verifier`) on the lists;
+            the outcome's value is then the list of per-sample results.
     """
 
     target: str
-    completion: str
-    sample: dict
+    completion: str | list[str]
+    sample: dict | list[dict]
     kwargs: dict = field(default_factory=dict)
     timeout_s: float = 10.0
+    batch: bool = False
 
 
 class Status(str, Enum):
@@ -310,7 +314,10 @@ def _run_one(call: Call, resolved: dict[str, Callable[..., Any]]) -> tuple[str, 
             from verifiers.registry import get_verifier
 
             fn = resolved[call.target] = get_verifier(call.target)
-        value = fn(call.completion, call.sample, **call.kwargs)
+        if call.batch:
+            value = fn.batch(call.completion, call.sample, **call.kwargs)  # type: ignore[attr-defined]
+        else:
+            value = fn(call.completion, call.sample, **call.kwargs)
         return Status.OK.value, value, None, time.perf_counter() - start
     except BaseException as exc:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from user code cost one call
         return Status.ERROR.value, None, _describe(exc), time.perf_counter() - start

@@ -40,8 +40,13 @@ class UnknownVerifierError(KeyError):
         return str(self.args[0]) if self.args else "unknown verifier"
 
 
+BatchFn = Callable[..., list[Any]]
+"""``(completions: list[str], samples: list[dict], **kwargs) -> list`` of what the verifier returns for each."""
+
+
 def verifier(
-    name: str, *, cache_key: CacheKeyFn | None = None, score_range: tuple[float | None, float | None] | None = None
+    name: str, *, cache_key: CacheKeyFn | None = None, score_range: tuple[float | None, float | None] | None = None,
+    batch: BatchFn | None = None,
 ) -> Callable[[VerifierFn], VerifierFn]:
     """Decorator registering ``fn`` under ``name``.
 
@@ -54,6 +59,11 @@ def verifier(
         score_range: optional ``(low, high)`` bounds of a valid score, inclusive (``None`` = unbounded on that
             side). A score outside them is counted as a failure (``"range: ..."``), not added to the reward: a
             verifier that returns 5.0 where 1.0 is the best is broken, not generous.
+        batch: optional ``(completions, samples, **kwargs) -> list`` scoring many samples at once, in order
+            (one result per sample, as ``fn`` would return it, or an exception instance: that sample failed). A
+            :class:`verifiers.reward.RewardFunction` then sends all of a ``score()`` call's samples for this verifier
+            to one worker call instead of one call per sample (the ``code`` verifier judges them in one
+            ``sandbox.run_many``).
 
     Raises:
         ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function; a
@@ -77,6 +87,8 @@ def verifier(
             fn.cache_key = cache_key  # type: ignore[attr-defined]
         if score_range is not None:
             fn.score_range = score_range  # type: ignore[attr-defined]
+        if batch is not None:
+            fn.batch = batch  # type: ignore[attr-defined]
         fn.verifier_name = name  # type: ignore[attr-defined]
         _REGISTRY[name] = fn
         return fn

@@ -196,7 +196,7 @@ class RewardFunction:
         if on_progress is not None:
             on_progress(done, total)
 
-        def on_result(index: int, outcome: Outcome) -> None:
+        def record(index: int, outcome: Outcome) -> None:
             nonlocal done
             spec_index = call_slots[index][0][1]
             result = _judge(outcome, getattr(self._fns[spec_index], "score_range", None))
@@ -211,9 +211,50 @@ class RewardFunction:
             if on_progress is not None:
                 on_progress(done, total)
 
-        if calls:
-            self._pool.run(calls, on_result)
+        pool_calls, members = self._batch_calls(calls, [slots[0][1] for slots in call_slots])
+
+        def on_result(k: int, outcome: Outcome) -> None:
+            if not pool_calls[k].batch:
+                record(members[k][0], outcome)
+                return
+            n, value = len(members[k]), outcome.value
+            if outcome.status is Status.OK and not (isinstance(value, list) and len(value) == n):
+                got = f"a list of {len(value)}" if isinstance(value, list) else type(value).__name__
+                outcome = Outcome(Status.ERROR, error=f"batch verifier returned {got}, expected a list of {n} results")
+            for j, index in enumerate(members[k]):
+                if outcome.status is not Status.OK:
+                    record(index, outcome)
+                elif isinstance(value[j], BaseException):  # the batch function's way to fail one sample
+                    record(index, Outcome(Status.ERROR, None, f"{type(value[j]).__name__}: {value[j]}"[:500]))
+                else:
+                    record(index, Outcome(Status.OK, value[j], None, outcome.seconds / n))
+
+        if pool_calls:
+            self._pool.run(pool_calls, on_result)
         return [self._combine(i, judged) for i in range(len(completions))]
+
+    def _batch_calls(self, calls: list[Call], spec_of: list[int]) -> tuple[list[Call], list[list[int]]]:
+        """The calls the pool runs: one per call, except that all calls of a verifier with a ``batch``
+        function (see :func:`verifiers.registry.verifier`) become one batch call, whose time limit is the
+        sum of theirs. Returns the pool calls and, for each, the indices of the calls it serves."""
+        pool_calls: list[Call | None] = []
+        members: list[list[int]] = []
+        batch_at: dict[int, int] = {}  # spec index -> its batch call's position
+        for index, (call, s) in enumerate(zip(calls, spec_of, strict=True)):
+            if getattr(self._fns[s], "batch", None) is None:
+                pool_calls.append(call)
+                members.append([index])
+                continue
+            if s not in batch_at:
+                batch_at[s] = len(pool_calls)
+                pool_calls.append(None)
+                members.append([])
+            members[batch_at[s]].append(index)
+        for s, k in batch_at.items():
+            spec, idx = self.specs[s], members[k]
+            pool_calls[k] = Call(spec.name, [calls[i].completion for i in idx], [calls[i].sample for i in idx],
+                                 spec.kwargs, spec.timeout_s * len(idx), batch=True)
+        return [c for c in pool_calls if c is not None], members
 
     def _combine(self, i: int, judged: dict[tuple[int, int], _Judged]) -> RewardResult:
         total = 0.0

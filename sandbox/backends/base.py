@@ -7,6 +7,7 @@ from typing import Hashable, Sequence
 
 from sandbox.batch import BatchOutcome
 from sandbox.jobs import Job
+from sandbox.languages import Language, missing_tools
 
 
 class Backend(ABC):
@@ -20,6 +21,15 @@ class Backend(ABC):
 
     def group_key(self, job: Job) -> Hashable:
         """Jobs with equal keys may share one sandbox (e.g. a container made for their limits)."""
+        return None
+
+    def language_problem(self, language: Language) -> str | None:
+        """Why this backend cannot run `language` programs (its toolchain is missing), else None. The
+        default looks on this machine's PATH (bwrap and none run the host's /usr)."""
+        missing = missing_tools(language)
+        if missing:
+            return (f"the {self.name} sandbox runs this machine's /usr, which has no {', '.join(missing)} for "
+                    f"{language.name} programs (run `make sandbox`, or apt-get install the toolchain)")
         return None
 
     @abstractmethod

@@ -1,7 +1,8 @@
 """The bubblewrap backend, for machines without Docker: one fresh bwrap sandbox per batch (~20 ms).
 
 The sandbox unshares every namespace (user, pid, net, ipc, uts, cgroup), dies with its parent, drops all
-capabilities, sees /usr read-only and nothing else of the host but a minimal /dev and its own /proc, and
+capabilities, sees /usr read-only (and, for the JDK, /etc/alternatives and /etc/java-*) and nothing else of
+the host but a minimal /dev and its own /proc, and
 writes only to a size-capped tmpfs at /tmp (bwrap's own root tmpfs is remounted read-only). When we are
 root, bwrap itself runs as a private unprivileged uid per parallel slot (61000 + slot), so RLIMIT_NPROC
 contains a fork bomb without touching other slots.
@@ -9,6 +10,7 @@ There is no cgroup: memory is bounded per process by RLIMIT_AS (see the driver),
 """
 from __future__ import annotations
 
+import glob
 import os
 import queue
 import shutil
@@ -39,6 +41,10 @@ def bwrap_argv(scratch_mb: int) -> list[str]:
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
+    # Debian reaches java/javac through /etc/alternatives and reads the JVM's config from /etc/java-*/.
+    for etc in ["/etc/alternatives", *sorted(glob.glob("/etc/java-*"))]:
+        if os.path.isdir(etc):
+            argv += ["--ro-bind", etc, etc]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(scratch_mb << 20), "--perms", "1777",
              "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin",
              "--setenv", "LANG", "C.UTF-8", "--hostname", "sandbox"]

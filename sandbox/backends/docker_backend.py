@@ -22,6 +22,7 @@ from sandbox.batch import BatchOutcome, request_bytes, run_batch
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness import driver_source
 from sandbox.jobs import Job
+from sandbox.languages import Language
 
 IMAGE_ENV = Path(__file__).resolve().parent.parent / "image.env"
 STDERR_TAIL = 8192
@@ -76,6 +77,9 @@ class DockerBackend(Backend):
 
     def workers(self) -> int:
         return self._workers
+
+    def language_problem(self, language: Language) -> str | None:
+        return None  # the image carries every toolchain; an old image's driver reports what is missing
 
     def group_key(self, job: Job) -> Hashable:
         return ContainerSpec.for_limits(job.limits)

@@ -71,7 +71,9 @@ class ContainerSpec:
 
     def run_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `client.containers.run` that enforce this spec and the isolation."""
-        tmpfs = f"rw,nosuid,nodev,noexec,size={self.scratch_mb}m,mode=1777"
+        # exec (Docker defaults to noexec): C and C++ programs run the binary they compiled here, and noexec
+        # stops no Python program from running any code it likes
+        tmpfs = f"rw,exec,nosuid,nodev,size={self.scratch_mb}m,mode=1777"
         return {
             "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": tmpfs},
             "shm_size": f"{self.scratch_mb}m", "pids_limit": self.pids,
@@ -182,6 +184,11 @@ class ContainerPool:
             t.start()
         for t in threads:
             t.join(timeout=20)
+
+    def container_ids(self) -> list[str]:
+        """Ids of the containers this pool holds (idle or in use)."""
+        with self._lock:
+            return list(self._live)
 
     def size(self) -> int:
         """Number of containers this pool holds (idle or in use)."""

@@ -57,8 +57,13 @@ class ProcessChannel:
     def diagnostics(self) -> str:
         return bytes(self._err).decode("utf-8", "replace")
 
-    def close(self) -> None:
-        """Kill the process group and reap the process (idempotent)."""
+    def close(self, grace_s: float = 0.5) -> None:
+        """Give the process grace_s seconds to exit on its own (a driver whose batch is done exits at once,
+        so its CPU time is accounted to us), then kill its process group and reap it (idempotent)."""
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -2,6 +2,7 @@
 
 - `driver.py`: the trusted supervisor (one per batch): spawns programs, enforces limits, reports results,
   with `processes.py` (spawned programs, rlimits, clean-up) and `rpc.py` (`call`/`assert` sessions);
+- `forkserver.py`: a warm Python, started by the driver, that forks a fresh child per Python program run;
 - `runner.py`: loaded into the program's own process for `call` and `assert` tests;
 - `codec.py`: the plain-data codec all of them (and the host) use.
 A shipped source is these files concatenated (one namespace), run with `python3 -I -c SOURCE`.
@@ -14,8 +15,15 @@ _HERE = Path(__file__).parent
 
 @cache
 def driver_source() -> str:
-    """Source of the in-sandbox driver (codec + processes + rpc + driver), for `python3 -I -c`."""
-    return _bundle("codec.py", "processes.py", "rpc.py", "driver.py")
+    """Source of the in-sandbox driver (codec + processes + fork server client + rpc + driver), for
+    `python3 -I -c`."""
+    return _bundle("codec.py", "processes.py", "forkserver_client.py", "rpc.py", "driver.py")
+
+
+@cache
+def forkserver_source() -> str:
+    """Source of the in-sandbox fork server (processes + forkserver), for `python3 -I -B -c`."""
+    return _bundle("processes.py", "forkserver.py")
 
 
 @cache

@@ -15,8 +15,10 @@ Why the program cannot fool it although it shares our uid:
   the assert tests from our memory. PR_SET_CHILD_SUBREAPER: orphans of the program become our children.
 - each program runs in its own session under `timeout -s KILL`, with rlimits (address space = memory_mb,
   CPU time, file size, open files, processes where asked) and oom_score_adj 1000, from an empty scratch folder.
-- a stdio test is over when the program has exited AND every process holding its stdout has closed it, so a
-  background child still printing is a timeout, not an early pass.
+- a stdio test is over when the program's main process exits: its output is what the pipes hold then (up
+  to the cap); whatever it left running (a daemon holding its stdout, say) is killed right after, so a
+  correct program with a background child is judged on its answer, and only a main process that does not
+  exit in time is a timeout.
 - after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
   private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
 """
@@ -43,6 +45,8 @@ class _Driver:
         self.timeout_bin = shutil.which("timeout") or "/usr/bin/timeout"
         self.runner_source = batch["runner"]
         self.nproc = batch.get("nproc")
+        # Python programs are forked from a warm interpreter when the batch asks for it (see forkserver.py)
+        self.forkserver = _ForkServer(self, batch["forkserver"]) if batch.get("forkserver") else None
         self.session = None  # the _RpcSession running now, for SIGALRM
         self.dirty = False  # a clean-up failed: processes may survive, the sandbox must not be reused
         self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
@@ -74,6 +78,9 @@ class _Driver:
             self.session.on_alarm()
 
     def reap(self):
+        """Collect the status of every child that ended (and the fork server's reports on its children)."""
+        if self.forkserver is not None:
+            self.forkserver.collect()
         while True:
             try:
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -83,14 +90,16 @@ class _Driver:
                 return
             self.reaped[pid] = (status, usage)
 
-    def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None):
+    def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None, memory_mb=None):
         """Fork and exec argv in a new session with the job's rlimits: stdin from stdin_fd, stdout and stderr
-        to new pipes, extra_fds at 3, 4, ... Returns a _Proc."""
+        to new pipes, extra_fds at 3, 4, ... memory_mb: RLIMIT_AS in MiB (None: the job's, when its language
+        takes one; 0: none). Returns a _Proc."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
-               "LANG": "C.UTF-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = self.program_env()
         cpu_s = cpu_s or job["time_s"]
+        if memory_mb is None:
+            memory_mb = job["memory_mb"] if job.get("address_space", True) else 0
         pid = os.fork()
         if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
             try:
@@ -102,7 +111,7 @@ class _Driver:
                 os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGALRM):
                     signal.signal(sig, signal.SIG_DFL)
-                _set_limits(job, cpu_s, self.nproc)
+                _set_limits(job, cpu_s, self.nproc, memory_mb)
                 # Our non-dumpable flag makes /proc/self root-owned; the program is dumpable after exec anyway.
                 _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 with open("/proc/self/oom_score_adj", "w") as f:
@@ -116,13 +125,44 @@ class _Driver:
         os.close(err_w)
         return _Proc(pid, out_r, err_r)
 
+    def program_env(self):
+        """The environment of every program (and of the fork server, whose children inherit it)."""
+        return {"PATH": SPAWN_PATH, "HOME": self.workdir, "TMPDIR": self.workdir, "LANG": "C.UTF-8",
+                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
+
+    def spawn_python(self, job, args, stdin_fd, extra_fds=(), budget_s=None):
+        """Run `python3 -I -B args...` for job: a child of the fork server when there is one (a fork instead
+        of an interpreter start), else exec'd under `timeout -s KILL`. Returns a _Proc."""
+        budget_s = budget_s or job["time_s"]
+        if self.forkserver is not None:
+            proc = self.forkserver.spawn(args, job, stdin_fd, extra_fds, cpu_s=budget_s)
+            if proc is not None:
+                return proc
+        return self.spawn(self.program_argv(job, *args, budget_s=budget_s), job, stdin_fd, extra_fds, cpu_s=budget_s)
+
     def program_argv(self, job, *args, budget_s):
         # `timeout -s KILL` is the inner backstop; the driver itself kills at the job's own deadline.
-        return [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0), self.python, "-I", "-B", *args]
+        backstop = [self.timeout_bin, "-s", "KILL", "%.3f" % (budget_s + 1.0)]
+        if job.get("language", "python") != "python":
+            return backstop + list(job["run"])  # run in the work folder, found on SPAWN_PATH
+        return backstop + [self.python, "-I", "-B", *args]
+
+    def others(self):
+        """Processes of the sandbox that are neither us, pid 1 nor the fork server (outside a pid namespace:
+        our children but the fork server)."""
+        self.reap()
+        keep = {os.getpid(), 1, self.forkserver.pid if self.forkserver is not None else None}
+        if not self.pid_namespace:
+            return [pid for pid in _children(os.getpid()) if pid not in keep]
+        return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]
 
     def kill_all(self):
         """Kill every other process in the sandbox (only our descendants outside a pid namespace); True when
-        none is left within 3 s."""
+        none is left within 3 s. The fork server survives when nothing else is left (the usual case)."""
+        if not self.others():
+            return True
+        if self.pid_namespace and self.forkserver is not None:
+            self.forkserver.stop()  # kill(-1) cannot spare it; it restarts on next use
         end = time.monotonic() + 3.0
         while time.monotonic() < end:
             if self.pid_namespace:
@@ -131,10 +171,10 @@ class _Driver:
                 except ProcessLookupError:
                     pass
             else:
-                for pid in _children(os.getpid()):
+                for pid in self.others():
                     _kill(pid)
             self.reap()
-            if not _children(os.getpid()):
+            if not self.others():
                 if not self.pid_namespace:
                     return True
                 try:
@@ -143,6 +183,11 @@ class _Driver:
                     return True
             time.sleep(0.005)
         return False
+
+    def wake_fds(self):
+        """What wakes a wait for a child's end: SIGCHLD's wakeup pipe and the fork server's socket."""
+        server = self.forkserver.fileno() if self.forkserver is not None else None
+        return [self.wake_r] if server is None else [self.wake_r, server]
 
     def wait_exit(self, proc, until):
         """Wait until proc has been reaped or `until` (monotonic s) passes; True when it was reaped."""
@@ -156,7 +201,7 @@ class _Driver:
             if left <= 0:
                 return False
             try:
-                select.select([self.wake_r], [], [], min(left, 0.05))
+                select.select(self.wake_fds(), [], [], min(left, 0.05))
             except _Abort:
                 pass
             _drain(self.wake_r)
@@ -165,8 +210,9 @@ class _Driver:
 
     def pump(self, proc, cap, until, want_reply=False):  # noqa: C901 - one select loop
         """Read proc's stdout, stderr (and replies, fd proc.rep_r) until `want_reply` is met or, without it,
-        until the process exited and every holder of its stdout closed it. Raises _Abort on deadline or
-        output over cap."""
+        until the process exited (then what its pipes hold is read without waiting: processes it left
+        behind may keep them open, and are killed by the caller). Raises _Abort on deadline or output over
+        cap."""
         while True:
             if want_reply and b"\n" in proc.rep:
                 line, _, rest = bytes(proc.rep).partition(b"\n")
@@ -177,17 +223,20 @@ class _Driver:
                 self.wait_exit(proc, time.monotonic() + 1.0)
                 proc.read_stderr_left()
                 raise _Abort(*proc.death_status())
-            if not want_reply and proc.out_r is None:  # stdout closed by every holder; stderr may linger
+            if not want_reply and (proc.out_r is None or proc.pid in self.reaped):
+                # main process gone (or stdout closed: wait for its exit until the deadline)
                 if self.wait_exit(proc, until):
-                    proc.read_stderr_left()
+                    proc.read_output_left(cap)
+                    if len(proc.out) > cap or proc.err_total > cap:
+                        raise _Abort("output_limit", "wrote more than %d bytes" % cap)
                     return None
             left = until - time.monotonic()
             if left <= 0:
                 raise _Abort("timeout", "no result within %.3g s" % proc.limit_s)
-            ready, _, _ = select.select(open_fds + [self.wake_r], [], [], left)
+            ready, _, _ = select.select(open_fds + self.wake_fds(), [], [], left)
             for fd in ready:
-                if fd == self.wake_r:
-                    _drain(fd)
+                if fd not in open_fds:  # a signal, or a report from the fork server
+                    _drain(self.wake_r)
                     self.reap()
                     continue
                 chunk = os.read(fd, 65536)
@@ -237,15 +286,18 @@ class _Driver:
         return ok
 
     def run_job(self, i, job):
-        path = os.path.join(self.workdir, "solution.py")
+        path = os.path.join(self.workdir, job.get("source", "solution.py"))
         with open(path, "w", encoding="utf-8") as f:
             f.write(job["program"])
         n_tests = {"stdio": lambda: len(job["inputs"]), "call": lambda: len(job["cases"]),
                    "assert": lambda: sum(1 for u in job["units"] if u["test"])}[job["kind"]]()
-        problem = self.compile_error(job)
+        if job.get("language", "python") == "python":
+            status, problem = "compile_error", self.compile_error(job)
+        else:
+            status, problem = self.compile_program(job)
         if problem is not None:
             for j in range(n_tests):
-                self._report(i, j, "compile_error", problem)
+                self._report(i, j, status, problem)
             return
         if job["kind"] == "stdio":
             for j, text in enumerate(job["inputs"]):
@@ -266,7 +318,7 @@ class _Driver:
             code = 0
             try:
                 os.close(r)
-                _set_limits(job, 10, None)
+                _set_limits(job, 10, None, job["memory_mb"])
                 compile(job["program"], "solution.py", "exec")
             except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), MemoryError, ...
                 os.write(w, ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:OUT_TAIL])
@@ -291,12 +343,60 @@ class _Driver:
             return None
         return message.decode("utf-8", "replace") or "the compiler ended abnormally"
 
+    def compile_program(self, job):
+        """Compile a C, C++ or Java program (JavaScript: check its syntax) once, in the work folder, under
+        the job's compile limits. Returns (status, message): (None, None) when it compiled, ("compile_error",
+        the compiler's messages) when not, ("sandbox_error", why) when this sandbox lacks the toolchain."""
+        missing = [t for t in job["tools"] if shutil.which(t, path=SPAWN_PATH) is None]
+        if missing:
+            return "sandbox_error", "this sandbox has no %s for %s programs (rebuild it: make sandbox)" % (
+                ", ".join(missing), job["language"])
+        if not job["compile"]:
+            return None, None
+        limit_s = float(job["compile_time_s"])
+        argv = [self.timeout_bin, "-s", "KILL", "%.3f" % (limit_s + 1.0), *job["compile"]]
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        memory_mb = job["compile_memory_mb"] if job["address_space"] else 0
+        proc = self.spawn(argv, job, null, cpu_s=limit_s, memory_mb=memory_mb)
+        os.close(null)
+        proc.limit_s = limit_s
+        until = time.monotonic() + limit_s
+        message = bytearray()
+        while (proc.out_r is not None or proc.err_r is not None) and time.monotonic() < until:
+            fds = [fd for fd in (proc.out_r, proc.err_r) if fd is not None]
+            ready, _, _ = select.select(fds + [self.wake_r], [], [], max(until - time.monotonic(), 0))
+            for fd in ready:
+                if fd == self.wake_r:
+                    _drain(fd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    proc.close_fd(fd)
+                elif len(message) < OUT_TAIL:  # the first errors are the ones worth reading
+                    message += chunk[:OUT_TAIL - len(message)]
+        exited = self.wait_exit(proc, until)
+        self.end_process(proc)
+        self.dirty |= not self.kill_all()  # compiler helpers (cc1plus, as, ld) must not outlive it
+        if not exited:
+            return "compile_error", "compiling took longer than %.3g s" % limit_s
+        if proc.exit_code == 0:
+            return None, None
+        text = message.decode("utf-8", "replace").strip()
+        if proc.exit_code == 137 or proc.signal is not None:
+            how = "was killed by signal %s" % (proc.signal or 9)
+            text = "the compiler %s (out of time or memory: limits %.3g s, %d MiB)%s" % (
+                how, limit_s, job["compile_memory_mb"], "\n" + text if text else "")
+        return "compile_error", text or "the compiler exited with code %s" % proc.exit_code
+
     def run_stdio(self, i, j, job, path, text):
         started = time.monotonic()
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)  # input reaches no path the program can list
         os.write(stdin_fd, text.encode("utf-8"))
         os.lseek(stdin_fd, 0, os.SEEK_SET)
-        proc = self.spawn(self.program_argv(job, path, budget_s=job["time_s"]), job, stdin_fd)
+        if job.get("language", "python") == "python":
+            proc = self.spawn_python(job, [path], stdin_fd)
+        else:
+            proc = self.spawn(self.program_argv(job, path, budget_s=job["time_s"]), job, stdin_fd)
         os.close(stdin_fd)
         proc.limit_s = job["time_s"]
         try:
@@ -318,6 +418,8 @@ def _main():
     driver = _Driver(batch)
     driver.emit({"hello": os.getpid()})
     driver.run_batch()
+    if driver.forkserver is not None:
+        driver.forkserver.stop()
     return 0
 
 

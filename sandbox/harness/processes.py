@@ -9,6 +9,9 @@ import shutil
 import signal
 
 OUT_TAIL = 4096  # bytes of stderr kept per test
+SPAWN_PATH = "/usr/local/bin:/usr/bin:/bin"  # where programs and their toolchains are looked up
+# Words an out-of-memory death leaves on stderr: Python and Java (OutOfMemoryError), C++, Node.
+_MEMORY_WORDS = (b"MemoryError", b"std::bad_alloc", b"heap out of memory")
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -44,18 +47,31 @@ class _Proc:
 
     def read_stderr_left(self):
         """Read what is already in the stderr pipe (the end of a traceback) without waiting for more."""
-        if self.err_r is None:
+        self._read_left("err_r", 1 << 30)
+
+    def read_output_left(self, cap):
+        """Read what is already in the stdout and stderr pipes without waiting for more (a process the
+        program left behind may hold them open); stop once more than `cap` bytes were read from either."""
+        self._read_left("out_r", cap)
+        self._read_left("err_r", cap)
+
+    def _read_left(self, name, cap):
+        fd = getattr(self, name)
+        if fd is None:
             return
-        os.set_blocking(self.err_r, False)
+        os.set_blocking(fd, False)
         try:
-            while True:
-                chunk = os.read(self.err_r, 65536)
+            while len(self.out) <= cap and self.err_total <= cap:
+                chunk = os.read(fd, 65536)
                 if not chunk:
-                    self.close_fd(self.err_r)
+                    self.close_fd(fd)
                     return
-                self.err_total += len(chunk)
-                self.err += chunk
-                del self.err[:-OUT_TAIL]
+                if name == "out_r":
+                    self.out += chunk
+                else:
+                    self.err_total += len(chunk)
+                    self.err += chunk
+                    del self.err[:-OUT_TAIL]
         except BlockingIOError:
             pass
 
@@ -71,7 +87,8 @@ class _Proc:
                 self.close_fd(fd)
 
     def memory_error(self):
-        return b"MemoryError" in self.err[-OUT_TAIL:]
+        tail = bytes(self.err[-OUT_TAIL:])
+        return any(word in tail for word in _MEMORY_WORDS)
 
     def exit_status(self):
         """(status, detail) of a process that ended on its own."""
@@ -87,6 +104,8 @@ class _Proc:
             return "timeout", "CPU time limit (signal %d)" % self.signal
         if self.signal == signal.SIGKILL:
             return "memory", "killed by signal 9 (out of memory)"
+        if self.memory_error():  # std::bad_alloc and V8's heap limit end in abort()
+            return "memory", "out of memory (killed by signal %s)" % self.signal
         return "error", "killed by signal %s" % self.signal
 
     def death_status(self):
@@ -99,16 +118,18 @@ class _Proc:
         return status, detail
 
 
-def _set_limits(job, cpu_s, nproc):
-    memory = int(job["memory_mb"]) << 20
+def _set_limits(job, cpu_s, nproc, memory_mb):
+    """rlimits of a spawned process: CPU seconds, RLIMIT_AS of memory_mb MiB (none when 0), file size, open
+    files, no core dumps, and RLIMIT_NPROC when nproc is set."""
     cpu = int(math.ceil(cpu_s)) + 1
     limits = [
-        (resource.RLIMIT_AS, memory),
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_FSIZE, int(job["file_mb"]) << 20),
         (resource.RLIMIT_NOFILE, 1024),
         (resource.RLIMIT_CORE, 0),
     ]
+    if memory_mb:
+        limits.append((resource.RLIMIT_AS, int(memory_mb) << 20))
     if nproc:
         limits.append((resource.RLIMIT_NPROC, int(nproc)))
     for which, value in limits:

@@ -29,8 +29,7 @@ class _RpcSession:
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         budget_s = self.job["time_s"] * (len(self.job.get("cases") or self.job.get("units")) + 1)
-        argv = self.d.program_argv(self.job, "-c", self.d.runner_source, self.path, budget_s=budget_s)
-        proc = self.d.spawn(argv, self.job, null, extra_fds=(req_r, rep_w), cpu_s=budget_s)
+        proc = self.d.spawn_python(self.job, ["-c", self.d.runner_source, self.path], null, (req_r, rep_w), budget_s)
         for fd in (null, req_r, rep_w):
             os.close(fd)
         proc.req_w, proc.rep_r, proc.limit_s = req_w, rep_r, budget_s

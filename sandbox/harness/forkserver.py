@@ -1,0 +1,131 @@
+"""The fork server inside the sandbox: a warm Python that forks a fresh child per Python program run, so a
+test costs a fork (~2 ms) instead of an interpreter start (~20 ms).
+
+Started by the driver as `python3 -I -B -c PROCESSES_AND_THIS_SOURCE` with its control socket (AF_UNIX,
+SOCK_SEQPACKET) at fd 3, an empty memfd as stdin, a pipe as stdout (so its std streams are set up as a
+program's will be: stdin seekable, stdout a block-buffered pipe, stderr line-buffered). It never receives
+a test, an expected output or anything of another program: only, per run, a request
+  {"argv": ["solution.py"] or ["-c", SOURCE, ARG...], "workdir", "cpu_s", "memory_mb", "file_mb", "nproc"}
+with the run's stdin, stdout and stderr (and extra fds for the call/assert runner) attached (SCM_RIGHTS).
+It answers {"pid": pid} once the child exists and {"exit": pid, "status": wait status, "cpu_s": s} when it
+has ended (it waits for nothing else meanwhile: the driver runs one program at a time).
+
+The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
+2, 3..., every other fd closed, the run's rlimits, dumpable (the server itself is not: the child can
+neither ptrace it nor read its memory), oom_score_adj 1000, the work folder as cwd. It then runs the program
+as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
+an uncaught exception, non-daemon threads joined, atexit handlers, streams flushed. Differences from a
+fresh interpreter: the modules the server imported are already loaded, and the hash seed is the server's
+(one per batch). A program that kills the server only ends its own test (its child is then reaped by the
+driver, the subreaper, and the server restarted).
+"""
+# Shipped after processes.py (see `sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
+import fcntl
+import json
+import socket
+import sys
+import types
+
+_MAX_REQUEST = 1 << 20
+
+
+def _child(request, fds):
+    status = 1
+    try:
+        os.setsid()
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100 + i) for i, fd in enumerate(fds)]  # no overlap with targets
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
+        _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+        os.chdir(request["workdir"])
+        argv = list(request["argv"])
+        if argv[0] == "-c":
+            source, filename, sys.argv = argv[1], "<string>", ["-c", *argv[2:]]
+        else:
+            with open(argv[0], "rb") as f:
+                source, filename, sys.argv = f.read(), argv[0], argv
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__file__=filename, __builtins__=__builtins__, __cached__=None)
+        if argv[0] == "-c":
+            del main.__file__
+        sys.modules["__main__"] = main
+        code = compile(source, filename, "exec")
+        try:
+            exec(code, main.__dict__)
+            status = 0
+        except SystemExit as e:
+            status = _exit_code(e)
+        except BaseException:  # noqa: BLE001 - what the interpreter would print
+            sys.excepthook(*sys.exc_info())
+            status = 1
+        status = _shutdown(status)
+    except BaseException as e:  # noqa: BLE001 - a failure of our own set-up
+        try:
+            os.write(2, ("sandbox fork server: cannot start the program: %r\n" % (e,)).encode())
+        except OSError:
+            pass
+    os._exit(status)
+
+
+def _exit_code(e):
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write("%s\n" % (code,))
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def _shutdown(status):
+    """What the interpreter does after the main module: join threads, run atexit, flush the streams."""
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+    except SystemExit as e:
+        status = _exit_code(e)
+    except BaseException:  # noqa: BLE001
+        sys.excepthook(*sys.exc_info())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - e.g. a closed pipe: CPython exits 120 then
+            status = 120 if status == 0 else status
+    return status
+
+
+def _serve():
+    _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    ctl = socket.socket(fileno=3)
+    os.chdir("/")
+    ctl.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, _MAX_REQUEST, 16)
+        except OSError:
+            return
+        if not data:
+            return
+        request = json.loads(data)
+        pid = os.fork()
+        if pid == 0:
+            ctl.close()
+            _child(request, fds)
+        for fd in fds:
+            os.close(fd)
+        ctl.send(json.dumps({"pid": pid}).encode())
+        _, status, usage = os.wait4(pid, 0)
+        ctl.send(json.dumps({"exit": pid, "status": status, "cpu_s": usage.ru_utime + usage.ru_stime}).encode())
+
+
+_serve()

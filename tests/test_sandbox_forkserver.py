@@ -1,0 +1,75 @@
+"""Python runs forked from a warm interpreter (sandbox/harness/forkserver.py) behave as `python3 -I -B
+solution.py` does, keep their isolation, and a program that kills the fork server fails only itself."""
+import pytest
+
+import sandbox.batch
+from sandbox import Job, Limits, get_backend
+from sandbox.backends.bwrap_backend import bwrap_problem
+from sandbox.backends.docker_backend import docker_problem
+from sandbox.judge import judge
+
+BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
+ONE = [{"input": "", "output": "ok\n"}]
+# (program, expected verdict): what the interpreter does after the main module, and how it exits
+SEMANTICS = [
+    ("import sys\nassert __name__ == '__main__' and sys.argv[0].endswith('solution.py'), (__name__, sys.argv)\n"
+     "assert __file__ == sys.argv[0]\nprint('ok')\n", "AC"),
+    ("import atexit\natexit.register(print, 'ok')\n", "AC"),  # atexit handlers run, their output counts
+    ("import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('ok'))).start()\n", "AC"),
+    ("import sys\nsys.stdout.write('ok\\n')\nsys.exit(3)\n", "RE"),  # exit code 3
+    ("print('ok')\nraise SystemExit('bye')\n", "RE"),  # a message: exit code 1
+    ("print('ok', flush=True)\n1 / 0\n", "RE"),
+    ("import os\nprint('ok', flush=True)\nos._exit(0)\n", "AC"),
+    ("print(input())\n", "RE"),  # EOFError: stdin is the test's (empty) input, not the server's
+    ("import os\nprint('ok' if os.getcwd() == '/tmp/w' and os.listdir('.') == ['solution.py'] else os.listdir('.'))\n",
+     "AC"),
+]
+
+
+def _backend(name):
+    problem = docker_problem() if name == "docker" else bwrap_problem()
+    if problem:
+        pytest.skip(f"{name}: {problem}")
+    return get_backend(name)
+
+
+@pytest.mark.parametrize("fork_server", [True, False], ids=["fork-server", "exec"])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_forked_run_behaves_like_a_fresh_interpreter(name, fork_server, monkeypatch):
+    backend = _backend(name)
+    monkeypatch.setattr(sandbox.batch, "FORK_SERVER", fork_server)
+    jobs = [Job(program, ONE, limits=Limits(time_s=5)) for program, _ in SEMANTICS]
+    outcome = backend.run_batch(jobs)
+    assert outcome.broken is None
+    got = [judge(job, runs, name, 0.0).codes[0] for job, runs in zip(jobs, outcome.results)]
+    assert got == [verdict for _, verdict in SEMANTICS], [r[0].stderr[-300:] for r in outcome.results]
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("name", BACKENDS)
+def test_killing_the_fork_server_fails_only_that_test(name):
+    backend = _backend(name)
+    kill_parent = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint(input())\n"
+    echo = "print(input())\n"
+    tests = [{"input": "a\n", "output": "a\n"}, {"input": "b\n", "output": "b\n"}]
+    jobs = [Job(echo, tests), Job(kill_parent, tests), Job(echo, tests)]
+    outcome = backend.run_batch(jobs)
+    assert outcome.broken is None
+    codes = [judge(job, runs, name, 0.0).codes for job, runs in zip(jobs, outcome.results)]
+    # The server restarts for every later run and the neighbours are unaffected. The killer's own runs end
+    # AC (it is reaped by the driver, the subreaper), RE, or TLE when it kills the server before the server
+    # has told the driver its pid (the driver then never learns its exit): never a pass it did not earn.
+    assert codes[0] == ["AC", "AC"] and codes[2] == ["AC", "AC"]
+    assert set(codes[1]) <= {"AC", "RE", "TLE"}
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_forked_program_cannot_read_the_servers_memory(name):
+    backend = _backend(name)
+    spy = ("import os\nppid = os.getppid()\nfound = []\nfor what in ('mem', 'environ', 'fd'):\n    try:\n"
+           "        os.listdir('/proc/%d/fd' % ppid) if what == 'fd' else open('/proc/%d/%s' % (ppid, what), 'rb').read(1)\n"
+           "        found.append(what)\n    except OSError:\n        pass\nprint('ok' if not found else found)\n")
+    jobs = [Job(spy, ONE)]
+    outcome = backend.run_batch(jobs)
+    assert judge(jobs[0], outcome.results[0], name, 0.0).codes == ["AC"], outcome.results[0][0].stdout
