@@ -109,10 +109,17 @@ def write_prompts(path: Path, size: int, seed: int) -> Path:
     return path
 
 
-def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str) -> dict:
-    """One run of ``side`` in its own process; returns the worker's JSON (raises with the log's tail on failure)."""
+def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str, reuse: bool = False) -> dict:
+    """One run of ``side`` in its own process; returns the worker's JSON (raises with the log's tail on failure).
+
+    With ``reuse``, a finished run of the same tag and spec in ``work`` is read back instead of run again (to continue
+    an interrupted invocation; only valid while the code under test has not changed)."""
     spec_path, out_path, log_path = work / f"{tag}.spec.json", work / f"{tag}.json", work / f"{tag}.log"
     spec = {**spec, "scratch_dir": str(work / f"{tag}-scratch")}
+    if reuse and out_path.exists() and spec_path.exists() and json.loads(spec_path.read_text()) == spec:
+        print(f"{tag}: reusing {out_path}", flush=True)
+        return json.loads(out_path.read_text())
+    out_path.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(spec))
     python = sys.executable if side == "rlvr" else str(trl_python)
     cmd = [python, str(HERE / f"{side}_step_worker.py"), str(spec_path), str(out_path)]
@@ -231,6 +238,8 @@ def main() -> None:
     ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_vs_trl")
+    ap.add_argument("--reuse", action="store_true",
+                    help="read back finished runs of the same spec from --work-dir (continue an interrupted run)")
     ap.add_argument("--render-only", action="store_true",
                     help="rewrite RESULTS.md and the plot from results/vs_trl_raw.json without measuring")
     args = ap.parse_args()
@@ -278,13 +287,14 @@ def main() -> None:
         for pair in range(pairs[name]):
             order = SIDES if pair % 2 == 0 else SIDES[::-1]
             for side in order:
-                runs.append(run_side(side, spec, trl_python, args.work_dir, f"{name}-pair{pair}-{side}"))
+                runs.append(run_side(side, spec, trl_python, args.work_dir, f"{name}-pair{pair}-{side}",
+                                     reuse=args.reuse))
         runs.sort(key=lambda r: SIDES.index(r["side"]))  # stable: pair order kept within a side
         summaries[name] = {**summarize(runs, params, machine, precision), "params": params}
         raw[name] = runs
         print(f"{name}: step time ratio rlvr/TRL {summaries[name]['ratio']:.2f} (pairs "
               f"{[round(x, 2) for x in summaries[name]['pair_ratios']]})", flush=True)
-    write_outputs(machine, summaries, raw, args, sys.argv[1:])
+        write_outputs(machine, summaries, raw, args, sys.argv[1:])  # after every model: a later one may be cut
 
 
 def write_outputs(machine: dict, summaries: dict, raw: dict, args: argparse.Namespace, argv: list[str]) -> None:

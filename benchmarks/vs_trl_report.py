@@ -39,7 +39,30 @@ def _floor_rows(summ: dict) -> list[str]:
     return rows
 
 
-FINDINGS = ""
+FINDINGS = """## Profile and fixes
+
+py-spy (`py-spy record --native`) on rlvr's worker, SmolLM2-135M, 2 steps at 1 thread, before the fixes: rollout 55%
+of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the rest start-up.
+
+- **Rollout: the bf16 autocast kept the KV cache in fp32.** Under autocast over fp32 weights, RoPE multiplies the bf16
+  q/k projections by fp32 cos/sin, so keys (and the cache) are fp32, and SDPA (an autocast op) casts the whole
+  growing cache back to bf16 in every layer at every decode step: 20% of all samples were those casts
+  (`cached_cast` / `reduced_float_copy_kernel` under `sdpa_attention_forward`), another 9% GQA's `repeat_kv` copying
+  the (fp32, so twice as large) cache to all heads. Fix (`rlvr/rollout/hf.py`): the `hf` engine generates with a
+  bf16 copy of the policy (buffers such as RoPE's `inv_freq` kept fp32), refreshed by `sync_weights` after every
+  optimizer step (0.3 s under load). Same prompts, 2 x 8 x 128 tokens, alternated in one process at load 7-10:
+  1.12-1.35 s per decode step with autocast vs 0.55-0.82 s with the copy (1.6-2.0x). The rollout's log-prob gap to the
+  trainer's forward (bf16 autocast over fp32 weights) stays at numerics level (first-step check `ok`).
+- **Optimizer step: torch's default AdamW on CPU loops over tensors.** `fused=True` (`rlvr/trainer/grpo.py`,
+  `_init_deepspeed`): 0.42 s vs 2.84 s per step for SmolLM2's 135M fp32 parameters at 1 thread (foreach: 2.09 s).
+- TRL's side, for reference: accelerate wraps the model's `forward` in autocast, so `generate` enters autocast per
+  decode step and re-casts every weight at every token (as well as the fp32 cache casts above); TRL 1.16 computes
+  training log-probs with its fused LM head (no full logits), as rlvr does with `logits_to_keep` and chunked
+  log-softmax.
+- Not fixed: `repeat_kv` still copies the (now bf16) cache per layer and step (transformers uses SDPA's `enable_gqa`
+  only without an attention mask, and left padding needs one); the training forward under autocast re-casts the
+  weights once per micro-batch (inherent to fp32 master weights).
+"""
 """The profile and what was fixed (hand-written: it describes code, not a measurement of this run)."""
 
 
@@ -59,9 +82,9 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               f"{cpu['torch_capability']}. Shared with other jobs: see the load averages.",
               f"- Precision: **{machine['precision']}** on both sides (`auto`: bf16 where the CPU has AVX-512 bf16 or "
               "AMX, else fp32): fp32 master weights, bf16 autocast for generation and training forwards.",
-              f"- torch threads: {machine['threads']} on both sides (`--threads`). With 2 threads on 2 cores shared "
-              "with other jobs (load average 5-11), OpenMP threads wait on each other: the same tiny-model step took "
-              "47-92 s at 2 threads and 12-15 s at 1.",
+              f"- torch threads: {machine['threads']} on both sides (`--threads`). On 2 cores shared with other jobs "
+              "(load average 5-16 during this work), 2 OpenMP threads wait on each other: in two tiny-model runs "
+              "here, a step took 47-92 s at 2 threads (load 7-11) and 12-15 s at 1 (load 5).",
               "- Both: GRPO, 2 prompts x 8 samples a step, up to 128 new tokens, temperature 1, top-p 1, lr 1e-6 "
               "(constant), no KL (no reference model), token-mean loss (TRL `loss_type=\"dapo\"`), clip 0.2, grad "
               "clip 1.0, advantages scaled by the group std, one optimizer step per generation, HF-transformers "
@@ -70,7 +93,10 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "- Prompts: reasoning-gym `basic_arithmetic` (seed 0), user turn = question + \"Put your final answer "
               "within \\boxed{}.\", the model's chat template. Each side draws its own shuffled order.",
               "- Runs alternate rlvr / TRL, the first side swapped every pair, so background load hits both; the "
-              f"first of the {steps} steps of every run is a warm-up and not counted.",
+              f"first of the {steps} steps of every run is a warm-up and not counted."
+              + (f" **Only {steps - 1} timed steps per run** (the issue asks for >= 5): at the load of this session a "
+                 "SmolLM2 step took 3-5 minutes, and a 6-step pair would not have fitted in the time left."
+                 if steps - 1 < 5 else ""),
               "- Stages. rlvr: its own timers (generation = `rollout`, scoring = `reward`, training = `advantages` + "
               "`update` + `sync`). TRL: its `profiling_context` blocks (generation = `transformers.generate`, "
               "scoring = `_calculate_rewards`, training = step minus `_prepare_inputs`).", ""]
@@ -94,6 +120,11 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
                   *(_floor_rows(summ)), ""]
     if findings:
         lines += [findings.rstrip(), ""]
+    lines += ["## Not measured yet", "",
+              "- **Learning per unit of compute** (held-out pass@1 after the same wall-clock budget, both trainers, 3 "
+              "seeds): not run. On these 2 shared cores one SmolLM2 step took minutes, so 6 runs of a useful budget "
+              "did not fit; the script has no such mode yet.",
+              "- Step time with the `vllm` engine (`benchmarks/results/rollout.md` has its rollout throughput).", ""]
     vr = summaries[next(iter(summaries))]["sides"]
     lines += ["## Versions and command", "",
               f"- rlvr side: torch {vr['rlvr']['versions']['torch']}, transformers "
