@@ -175,6 +175,9 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
     pairs = [median_of(a["steps"][1:], "wall_s") / median_of(b["steps"][1:], "wall_s")
              for a, b in zip(by_side["rlvr"], by_side["trl"], strict=True)]
     out["pair_ratios"] = pairs
+    out["pairs"] = [{"first": SIDES[i % 2], **{f"{r['side']}_step_s": median_of(r["steps"][1:], "wall_s") for r in (a, b)},
+                     **{f"{r['side']}_load_1m": statistics.median(x["load_1m"] for x in r["steps"][1:]) for r in (a, b)}}
+                    for i, (a, b) in enumerate(zip(by_side["rlvr"], by_side["trl"], strict=True))]
     out["ratio"] = statistics.median(pairs)
     return out
 
@@ -248,7 +251,10 @@ def main() -> None:
         return
     if args.render_only:
         saved = json.loads((HERE / "results" / "vs_trl_raw.json").read_text())
-        write_outputs(saved["machine"], saved["summaries"], saved["runs"], args, saved["argv"])
+        machine = saved["machine"]
+        summaries = {name: {**summarize(runs, saved["summaries"][name]["params"], machine, machine["precision"]),
+                            "params": saved["summaries"][name]["params"]} for name, runs in saved["runs"].items()}
+        write_outputs(machine, summaries, saved["runs"], args, saved["argv"])
         return
     trl_python = args.trl_venv / "bin" / "python"
     if not trl_python.exists():

@@ -104,6 +104,15 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
         lines += [f"## {MODEL_TITLES.get(name, name)}", "", *(_side_rows(summ)), "",
                   f"rlvr/TRL step time, median of pairs: {summ['ratio']:.2f} (per pair: "
                   + ", ".join(f"{x:.2f}" for x in summ["pair_ratios"]) + ")", ""]
+        if summ.get("pairs"):
+            lines += ["Per pair (median step s at the median 1-minute load average of its timed steps): "
+                      + "; ".join(f"pair {i} ({p['first']} first): rlvr {_s(p['rlvr_step_s'])} s at load "
+                                  f"{p['rlvr_load_1m']:.1f}, TRL {_s(p['trl_step_s'])} s at load {p['trl_load_1m']:.1f}"
+                                  for i, p in enumerate(summ["pairs"])) + ".", "",
+                      "Read the ratio with these loads: each run had one core's worth of threads on a machine whose "
+                      "load average moved between 5 and 16 (other engineers' jobs), so a run's wall time mostly "
+                      "measures its share of the CPU. Alternation spreads that over both sides only with more pairs "
+                      "than were run here.", ""]
     lines += ["## The machine's limit", "",
               f"Measured in the same invocation, at {machine['threads']} thread(s): matmul "
               f"{machine['matmul_flops_per_s']['bf16'] / 1e9:.0f} GFLOP/s bf16 and "
