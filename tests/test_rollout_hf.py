@@ -51,3 +51,56 @@ def test_bad_arguments(model_and_tok):
         engine.generate([[3]], 0, SamplingParams())
     with pytest.raises(ValueError, match="at least one token"):
         engine.generate([[]], 1, SamplingParams())
+
+
+@pytest.fixture()
+def fresh_model(tmp_path):
+    path = build_tiny_model(tmp_path / "model", hidden=32)
+    return path, AutoModelForCausalLM.from_pretrained(path).eval()
+
+
+def test_bf16_generation_copy_holds_the_cast_weights_and_fp32_buffers(fresh_model):
+    _, model = fresh_model
+    tok = build_tokenizer()
+    engine = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=torch.bfloat16)
+    gen = engine.generation_model
+    assert gen is not model
+    src = dict(model.named_parameters())
+    for name, p in gen.named_parameters():
+        assert p.dtype == torch.bfloat16 and not p.requires_grad
+        assert torch.equal(p, src[name].to(torch.bfloat16)), name
+    assert gen.lm_head.weight is gen.model.embed_tokens.weight  # tied embeddings stay tied
+    for name, b in gen.named_buffers():  # RoPE frequencies: fp32, as in the policy (bf16 would skew the angles)
+        assert b.dtype == dict(model.named_buffers())[name].dtype == torch.float32
+        assert torch.equal(b, dict(model.named_buffers())[name]), name
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # the policy itself is untouched
+
+
+def test_generation_copy_generates_like_a_bf16_model_and_follows_sync(fresh_model):
+    path, model = fresh_model
+    tok = build_tokenizer()
+    prompts = [tok("1+2=?")["input_ids"], tok("13+4=?:")["input_ids"]]
+    greedy = SamplingParams(temperature=0, max_new_tokens=6)
+    engine = HFRolloutEngine(model, tok, [tok.eos_token_id], batch_size=4, autocast_dtype=torch.bfloat16)
+    torch.manual_seed(0)
+    with torch.no_grad():  # an optimizer step on the policy
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    stale = [c.token_ids for g in engine.generate(prompts, 1, greedy) for c in g]
+    engine.sync_weights(model)
+    synced = [c.token_ids for g in engine.generate(prompts, 1, greedy) for c in g]
+    model.save_pretrained(path)  # the updated policy, loaded directly in bf16, is the reference
+    ref_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    ref = HFRolloutEngine(ref_model, tok, [tok.eos_token_id], batch_size=4, autocast_dtype=None)
+    expected = [c.token_ids for g in ref.generate(prompts, 1, greedy) for c in g]
+    assert synced == expected
+    assert stale != synced  # without sync the copy still held the old weights
+
+
+def test_generation_copy_needs_a_low_precision_dtype(fresh_model):
+    _, model = fresh_model
+    tok = build_tokenizer()
+    with pytest.raises(ValueError, match="generation_copy=True needs an autocast_dtype"):
+        HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=None, generation_copy=True)
+    engine = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=None)
+    assert engine.generation_model is model  # fp32: parameters shared, sync is a no-op

@@ -1,0 +1,93 @@
+"""The machine's limits and the cost floor of one GRPO step, for ``bench_vs_trl.py``.
+
+- :func:`matmul_flops_per_s`: the GEMM throughput torch reaches on this CPU (FLOP/s) in a dtype, at a model's shapes.
+- :func:`read_bandwidth_bytes_per_s`: how fast torch streams a large tensor from memory (bytes/s), the bound of
+  batched decoding, which reads every weight once per new token.
+- :func:`step_floor`: the FLOPs of one step (2 x params x tokens for generation and each no-grad forward, 6 x params
+  x tokens for training, Kaplan et al. 2001.08361 section 2.1; a group's shared prompt counted once) and the seconds
+  they take at those rates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up (allocations, oneDNN kernel selection)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def matmul_flops_per_s(dtype: torch.dtype, m: int = 2048, k: int = 576, n: int = 1536, repeats: int = 5) -> float:
+    """Best-of-``repeats`` FLOP/s of an (m, k) @ (k, n) matmul in ``dtype`` (2 m k n FLOPs), at torch's thread count.
+
+    The default shape is SmolLM2-135M's MLP projection (hidden 576, intermediate 1536) over 2048 tokens: large
+    enough to reach the kernel's peak, the shape the training forward and backward run at.
+    """
+    a = torch.randn(m, k).to(dtype)
+    b = torch.randn(k, n).to(dtype)
+    seconds = _best_seconds(lambda: torch.mm(a, b), repeats)
+    return 2.0 * m * k * n / seconds
+
+
+def read_bandwidth_bytes_per_s(mbytes: int = 512, repeats: int = 5) -> float:
+    """Best-of-``repeats`` bytes/s of a sum over an fp32 tensor of ``mbytes`` MiB (far larger than the caches)."""
+    x = torch.ones(mbytes * 2**20 // 4, dtype=torch.float32)
+    seconds = _best_seconds(lambda: x.sum(), repeats)
+    return x.numel() * 4 / seconds
+
+
+@dataclass
+class StepFloor:
+    """FLOPs and floor seconds of one step's stages (generation and training; scoring is negligible compute)."""
+
+    generation_flops: float
+    training_flops: float
+    generation_compute_s: float
+    generation_bandwidth_s: float
+    training_s: float
+
+    @property
+    def generation_s(self) -> float:
+        """Roofline: decoding is bound by the slower of compute and streaming the weights once per new token."""
+        return max(self.generation_compute_s, self.generation_bandwidth_s)
+
+    @property
+    def step_s(self) -> float:
+        return self.generation_s + self.training_s
+
+
+def step_floor(params: int, prompt_tokens_per_group: list[int], completion_tokens: list[int], decode_steps: int,
+               flops_per_s: float, bytes_per_s: float, weight_bytes: int, no_grad_forwards: int = 0) -> StepFloor:
+    """The floor of one GRPO step.
+
+    Args:
+        params: model parameters (tied embeddings counted once).
+        prompt_tokens_per_group: (B,) prompt length of each group; the prompt is shared by its G samples, so it is
+            prefilled (and trained through) once per group.
+        completion_tokens: (B x G,) response lengths.
+        decode_steps: sequential decode steps of the generation (its longest response).
+        flops_per_s: matmul throughput in the step's precision. bytes_per_s: memory read bandwidth.
+        weight_bytes: bytes per weight read by decoding (2 for bf16, 4 for fp32).
+        no_grad_forwards: extra no-grad forwards over the batch (old or reference log-probs); 0 for one PPO epoch
+            without KL.
+    Raises:
+        ValueError: a non-positive rate or parameter count.
+    """
+    if params <= 0 or flops_per_s <= 0 or bytes_per_s <= 0:
+        raise ValueError(f"params, flops_per_s and bytes_per_s must be > 0, got {params}, {flops_per_s}, "
+                         f"{bytes_per_s}")
+    tokens = sum(prompt_tokens_per_group) + sum(completion_tokens)
+    gen = 2.0 * params * tokens
+    train = 6.0 * params * tokens + no_grad_forwards * 2.0 * params * tokens
+    return StepFloor(generation_flops=gen, training_flops=train, generation_compute_s=gen / flops_per_s,
+                     generation_bandwidth_s=decode_steps * params * weight_bytes / bytes_per_s,
+                     training_s=train / flops_per_s)

@@ -1,0 +1,32 @@
+"""The FLOP / bandwidth floor of a GRPO step that benchmarks/bench_vs_trl.py reports, on hand-computed numbers."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from compute_floor import step_floor  # noqa: E402
+
+
+def test_step_floor_counts_a_shared_prompt_once_and_takes_the_roofline():
+    # 2 groups (prompts of 10 and 20 tokens) x 2 samples of 5 tokens: 30 + 20 = 50 tokens; 100 params
+    f = step_floor(params=100, prompt_tokens_per_group=[10, 20], completion_tokens=[5, 5, 5, 5], decode_steps=5,
+                   flops_per_s=1000.0, bytes_per_s=50.0, weight_bytes=2)
+    assert f.generation_flops == 2 * 100 * 50 == 10_000
+    assert f.training_flops == 6 * 100 * 50 == 30_000
+    assert f.generation_compute_s == 10.0
+    assert f.generation_bandwidth_s == 5 * 100 * 2 / 50.0 == 20.0  # decoding reads every weight once per step
+    assert f.generation_s == 20.0  # bandwidth-bound here
+    assert f.training_s == 30.0
+    assert f.step_s == 50.0
+
+
+def test_step_floor_adds_no_grad_forwards_to_training():
+    f = step_floor(100, [10], [10], 10, 1000.0, 1e9, 2, no_grad_forwards=1)  # e.g. a reference-model forward
+    assert f.training_flops == 6 * 100 * 20 + 2 * 100 * 20
+
+
+def test_step_floor_rejects_a_zero_rate():
+    with pytest.raises(ValueError, match="flops_per_s"):
+        step_floor(100, [10], [10], 10, 0.0, 1e9, 2)
