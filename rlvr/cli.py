@@ -8,6 +8,7 @@
     rlvr config show recipes/demo.yaml [--set ...]               # the resolved recipe, every default filled in
     rlvr config check recipes/*.yaml                             # the schema only (instant)
     rlvr verify math --gold '\\frac12' --pred 'so \\boxed{0.5}'    # see `rlvr verify -h`
+    rlvr rm train recipes/rm_demo.yaml -o runs/rm_demo               # reward models: see `rlvr rm -h`
 
 `make demo` runs the CPU demo (about 15 minutes on 2 cores): a progress line per step, then ``runs/demo/summary.json``
 with the held-out pass@1 before and after, and ``runs/demo/plots/curves.png``.
@@ -118,10 +119,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from rlvr.config import dump_recipe, load_recipe
+    from rlvr.config import dump_recipe, load_any_recipe
 
     for path in args.recipes:
-        recipe = load_recipe(path, args.set)
+        recipe = load_any_recipe(path, args.set)
         if args.action == "show":
             print(dump_recipe(recipe))
         else:
@@ -167,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_check(sub)
     from rlvr.commands.verify import add_parser as add_verify
     add_verify(sub)
+    from rlvr.commands.rm import add_parser as add_rm
+    add_rm(sub)
     try:
         from rlvr.commands.filter import add_parser as add_filter
         add_filter(sub)

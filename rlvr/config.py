@@ -437,6 +437,88 @@ class CurriculumConfig(_Section):
         return self
 
 
+# --------------------------------------------------------------------------------------------------- reward model
+class RewardModelConfig(_Section):
+    """A learned reward model (or an ensemble) that scores a policy's completions: ``rlvr rm train`` writes one."""
+
+    path: str | None = None
+    """A folder written by ``rlvr rm train`` (``RUN_DIR/model``, or the run directory itself)."""
+    paths: list[str] | None = Field(None, min_length=2)
+    """An ensemble of such folders instead of ``path``; their scores are combined by ``aggregate``."""
+    aggregate: Literal["mean", "min", "mean_minus_std"] = "mean"
+    """How ensemble members' scores combine: ``min`` (worst case) and ``mean_minus_std`` (uncertainty-weighted) are the
+    conservative aggregations of Coste et al. 2023 (2310.02743) against reward over-optimisation."""
+    k: float = Field(1.0, ge=0, allow_inf_nan=False)
+    """``mean_minus_std``: score = mean - k * std over members (population std)."""
+    micro_batch_size: int = Field(16, gt=0)
+    """Sequences per reward-model forward (memory knob)."""
+
+    @model_validator(mode="after")
+    def _validate_one_source(self) -> "RewardModelConfig":
+        if (self.path is None) == (self.paths is None):
+            raise ValueError("reward_model: give exactly one of reward_model.path (one model) or reward_model.paths "
+                             "(an ensemble of 2 or more)")
+        return self
+
+
+class PreferenceDataConfig(_Section):
+    """Preference data for ``rlvr rm train``: JSONL rows of ``prompt``, ``chosen``, ``rejected``; or ``prompt`` and
+    ``responses`` ranked best first (every one of the K(K-1)/2 pairs is trained on)."""
+
+    source: JsonlSource
+    """The training rows (named like a GRPO recipe's, so ``--set data.source.path=FILE`` swaps them)."""
+    eval_source: JsonlSource | None = None
+    """Held-out rows; ``None``: ``eval_fraction`` of the prompts are held out of ``source``."""
+    eval_fraction: float = Field(0.2, ge=0, lt=1)
+    """Share of distinct prompts held out for eval when there is no ``eval_source`` (split by prompt, seeded, so no
+    eval prompt is trained on)."""
+    max_length: int = Field(512, gt=1)
+    """Prompt + response tokens at most; longer prompts lose their first tokens (the response is always kept whole)."""
+    append_eos: bool = True
+    """End every response with the eos token, as a policy's finished completion does, so the score is read at the
+    eos (the token a PPO trainer reads it at)."""
+
+
+class RewardModelTrainConfig(_Section):
+    epochs: int = Field(1, ge=1)
+    """Passes over the training pairs (one is the usual choice: reward models over-fit quickly)."""
+    prompts_per_step: int = Field(8, gt=0)
+    """Prompt groups per optimizer step; all responses to one prompt are in the same step and all their pairs count."""
+    micro_batch_size: int = Field(16, gt=0)
+    """Sequences per forward/backward (memory knob); a prompt's responses are never split over micro-batches."""
+    lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "linear"] = "linear"
+    """After warm-up: constant, or linear decay to 0 at the last step."""
+    grad_clip: float | None = Field(1.0, gt=0)
+    margin: float = Field(0.0, allow_inf_nan=False)
+    """Bradley-Terry margin m in -log sigmoid(r_chosen - r_rejected - m) (Llama 2, 2307.09288 eq. 2)."""
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
+    """eps: the pair's label is 1 - eps (robust to flipped preferences)."""
+    eval_every: int = Field(0, ge=0)
+    """Evaluate on the held-out pairs every N optimizer steps (0 = only at the end); the best model is kept."""
+    eval_before: bool = True
+    """Also evaluate the untrained model (random head) first: the baseline of ``summary.json``'s ``eval_before``."""
+    ece_bins: int = Field(10, ge=2)
+    bf16: bool = True
+    """bf16 autocast for forward passes (CPU with native bf16 or GPU); the head and the loss stay fp32."""
+    num_threads: int | None = Field(None, gt=0)
+
+
+class RewardModelRecipe(_Section):
+    """A reward-model training recipe (``rlvr rm train RECIPE.yaml -o RUN_DIR``)."""
+
+    kind: Literal["reward_model"]
+    """Marks the file as a reward-model recipe (``rlvr config check`` tells the two kinds apart by it)."""
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    """The backbone: any HF causal LM; its LM head is dropped and a scalar head is added."""
+    data: PreferenceDataConfig
+    train: RewardModelTrainConfig = Field(default_factory=RewardModelTrainConfig)
+
+
 class Recipe(_Section):
     """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
 
@@ -453,6 +535,8 @@ class Recipe(_Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     """Difficulty sampling and staged limits (see rlvr/curriculum/); the default is plain seeded epochs."""
+    reward_model: RewardModelConfig | None = None
+    """A learned reward model to score completions (not yet wired into the trainer; see rlvr/reward_model/)."""
 
     @model_validator(mode="after")
     def _validate_cross_fields(self) -> "Recipe":
@@ -583,14 +667,15 @@ _UNION_MEMBERS: dict[str, type[BaseModel]] = {
     "jsonl": JsonlSource, "hf": HFSource, "reasoning_gym": ReasoningGymSource, "humaneval": HumanEvalSource}
 
 
-def format_validation_error(err: ValidationError) -> str:
-    """One line per problem: the dotted key, what is wrong, the value given, and the closest valid key for typos."""
+def format_validation_error(err: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line per problem: the dotted key, what is wrong, the value given, and the closest valid key for typos
+    (looked up in ``root``, default :class:`Recipe`)."""
     lines = []
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in _UNION_MEMBERS)) or "(recipe)"
         if e["type"] == "extra_forbidden":
-            owner = _model_at(loc[:-1], Recipe)
+            owner = _model_at(loc[:-1], root or Recipe)
             valid = sorted(getattr(owner, "model_fields", {}))
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
             hint = f"; did you mean {key.rsplit('.', 1)[0] + '.' + close[0] if '.' in key else close[0]!r}?" if close else ""
@@ -692,3 +777,19 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
 def dump_recipe(recipe: Recipe) -> str:
     """The resolved recipe as YAML, every default spelled out (written to ``recipe.resolved.yaml``)."""
     return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120)
+
+
+def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = None) -> RewardModelRecipe:
+    """Load a reward-model recipe (``rlvr rm train``), apply ``--set`` overrides, validate. Raises RecipeError."""
+    raw = apply_overrides(load_recipe_dict(path), overrides or [])
+    try:
+        return RewardModelRecipe.model_validate(raw)
+    except ValidationError as err:
+        raise RecipeError(format_validation_error(err, RewardModelRecipe)) from None
+
+
+def load_any_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe | RewardModelRecipe:
+    """A policy recipe, or a reward-model recipe when its top-level ``kind`` is ``reward_model``. Raises RecipeError."""
+    if load_recipe_dict(path).get("kind") == "reward_model":
+        return load_reward_model_recipe(path, overrides)
+    return load_recipe(path, overrides)

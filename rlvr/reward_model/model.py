@@ -1,0 +1,185 @@
+"""The reward model: an HF causal-LM backbone with a scalar head, read at each sequence's last real token.
+
+Stored as HF's ``AutoModelForSequenceClassification`` with ``num_labels=1`` (its ``score`` linear layer is the head),
+so ``save_pretrained`` writes the head with the backbone and ``from_pretrained`` loads both back. HF's own
+``forward`` is not used to read the score: it finds the last token by comparing ids with ``pad_token_id``, which reads
+the token before the eos when pad == eos (SmolLM2, Qwen) and, in older versions, a pad under left padding (TRL #2778,
+#3750). Here the index comes from the attention mask alone (:func:`last_token_index`), and positions skip left
+padding, so a sequence scores the same however it is padded.
+
+Shapes: N sequences, L padded length, d hidden size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from rlvr.logprobs import position_ids_from_mask
+
+MARKER = "rlvr_reward_model.json"
+"""File written next to the weights; its presence marks a folder as an rlvr reward model."""
+
+
+def last_token_index(attention_mask: Tensor) -> Tensor:
+    """(N,) column of each row's last real token: the last position where ``attention_mask`` is 1.
+
+    Right for left padding, right padding and pad == eos alike, because it never looks at token ids.
+
+    Raises:
+        ValueError: ``attention_mask`` is not 2-D, or a row has no real token.
+    """
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be (N, L), got shape {tuple(attention_mask.shape)}")
+    real = attention_mask.bool()
+    if not real.any(dim=1).all():
+        bad = (~real.any(dim=1)).nonzero().flatten().tolist()
+        raise ValueError(f"rows {bad} of attention_mask have no real token; every sequence needs at least one")
+    length = attention_mask.shape[1]
+    return (length - 1 - real.flip(dims=[1]).int().argmax(dim=1)).long()
+
+
+def pad_sequences(sequences: list[list[int]], pad_id: int, side: Literal["left", "right"] = "right"
+                  ) -> tuple[Tensor, Tensor]:
+    """``input_ids`` and ``attention_mask``, both (N, L) int64, padded with ``pad_id`` on ``side``.
+
+    Raises:
+        ValueError: no sequences, an empty sequence, or an unknown side.
+    """
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("pad_sequences needs at least one sequence and no empty ones")
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        cols = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+        ids[i, cols] = torch.tensor(s, dtype=torch.long)
+        mask[i, cols] = 1
+    return ids, mask
+
+
+def _head(hf_model: torch.nn.Module) -> torch.nn.Linear:
+    head = getattr(hf_model, "score", None) or getattr(hf_model, "classifier", None)
+    if not isinstance(head, torch.nn.Linear) or head.out_features != 1:
+        raise ValueError(f"{type(hf_model).__name__} has no scalar linear head ('score' or 'classifier' with one "
+                         f"output); not a reward model")
+    return head
+
+
+class RewardModel(torch.nn.Module):
+    """Scalar reward r(prompt, response) from an HF sequence-classification model with one label.
+
+    Args:
+        hf_model: an ``AutoModelForSequenceClassification`` with ``num_labels == 1`` (use :meth:`from_backbone` to
+            build one from a causal LM, :meth:`load` to read a saved one).
+    """
+
+    def __init__(self, hf_model: torch.nn.Module) -> None:
+        super().__init__()
+        self.hf = hf_model
+        self.head = _head(hf_model)
+        self.backbone = getattr(hf_model, hf_model.base_model_prefix)
+
+    # ------------------------------------------------------------------------------------------------ building
+    @classmethod
+    def from_backbone(cls, path: str, *, revision: str | None = None, trust_remote_code: bool = False,
+                      seed: int = 0) -> "RewardModel":
+        """A new reward model: the causal LM at ``path`` without its LM head, plus a scalar head initialised
+        normal(0, 1/sqrt(d + 1)) with zero bias (OpenRLHF's init, scaled to the hidden size d). Dropout is off."""
+        from transformers import AutoModelForSequenceClassification
+
+        hf = AutoModelForSequenceClassification.from_pretrained(
+            path, num_labels=1, dtype=torch.float32, revision=revision, trust_remote_code=trust_remote_code)
+        _disable_dropout(hf)
+        head = _head(hf)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            head.weight.copy_(torch.randn(head.weight.shape, generator=generator) / math.sqrt(head.in_features + 1))
+            if head.bias is not None:
+                head.bias.zero_()
+        return cls(hf)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RewardModel":
+        """A reward model saved by :meth:`save`; ``path`` may be the model folder or an ``rlvr rm train`` run
+        directory (its ``model/``).
+
+        Raises:
+            FileNotFoundError: no reward model there (no ``rlvr_reward_model.json``).
+        """
+        from transformers import AutoModelForSequenceClassification
+
+        folder = resolve_reward_model_dir(path)
+        hf = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
+        _disable_dropout(hf)
+        return cls(hf)
+
+    def save(self, folder: str | Path, tokenizer: Any, extra: dict[str, Any] | None = None) -> Path:
+        """Write the weights (backbone and head), config, tokenizer and the rlvr marker into ``folder`` (HF format,
+        loadable with ``AutoModelForSequenceClassification.from_pretrained``)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.hf.config.pad_token_id = int(tokenizer.pad_token_id)
+        self.hf.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+        info = {"format": 1, "hidden_size": self.head.in_features, "eos_token_id": int(tokenizer.eos_token_id),
+                "score_at": "last real token (attention mask)", **(extra or {})}
+        (folder / MARKER).write_text(json.dumps(info, indent=2) + "\n")
+        return folder
+
+    # ------------------------------------------------------------------------------------------------- scoring
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """(N,) fp32 rewards of (N, L) padded sequences, read at each row's last real token.
+
+        Padding may be on either side (or mixed); positions are counted over real tokens only.
+        """
+        index = last_token_index(attention_mask)
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
+        last = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]  # (N, d)
+        with torch.autocast(device_type=last.device.type, enabled=False):  # the head in fp32
+            return self.head(last.float()).squeeze(-1)
+
+    @torch.no_grad()
+    def score(self, sequences: list[list[int]], pad_id: int, micro_batch_size: int = 16,
+              autocast_dtype: torch.dtype | None = None) -> Tensor:
+        """(M,) fp32 rewards of token-id sequences (prompt + response, eos included), ``micro_batch_size`` at a time."""
+        device = next(self.parameters()).device
+        out = []
+        was_training = self.training
+        self.eval()
+        try:
+            for start in range(0, len(sequences), micro_batch_size):
+                ids, mask = pad_sequences(sequences[start:start + micro_batch_size], pad_id)
+                with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
+                                    enabled=autocast_dtype is not None):
+                    out.append(self(ids.to(device), mask.to(device)).float().cpu())
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.zeros(0)
+
+
+def resolve_reward_model_dir(path: str | Path) -> Path:
+    """The folder holding a saved reward model: ``path`` itself or ``path/model``. Raises FileNotFoundError."""
+    path = Path(path).expanduser()
+    for folder in (path, path / "model"):
+        if (folder / MARKER).is_file():
+            return folder
+    raise FileNotFoundError(f"no reward model at {path}: expected {MARKER} in it or in {path / 'model'} (written by "
+                            f"`rlvr rm train`)")
+
+
+def _disable_dropout(model: torch.nn.Module) -> None:
+    for key, value in list(vars(model.config).items()):
+        if "dropout" in key and isinstance(value, float):
+            setattr(model.config, key, 0.0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
