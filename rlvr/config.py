@@ -128,6 +128,9 @@ class VerifierConfig(_Section):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float = Field(10.0, gt=0)
     """Hard wall-clock kill per call (seconds); a timed-out call scores ``failure_score``."""
+    optimise: bool = True
+    """``False``: the verifier is a *gold* score, logged as ``reward/gold_<label>`` and left out of the reward the
+    policy optimises (its weight counts as 0), so over-optimisation of a learned reward model shows."""
 
 
 class RewardConfig(_Section):
@@ -138,6 +141,12 @@ class RewardConfig(_Section):
     num_workers: int = Field(2, ge=1)
     solved_verifier: str | None = None
     """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
+    source: Literal["verifiers", "reward_model", "both"] = "verifiers"
+    """What the policy optimises: ``verifiers`` (their weighted total), ``reward_model`` (the ``reward_model:``
+    section's score; every verifier is then logged as gold), or ``both`` (the verifiers' total plus ``rm_weight`` times
+    the reward model's score). See rlvr/trainer/reward_sources.py."""
+    rm_weight: float = Field(1.0, allow_inf_nan=False)
+    """Multiplies the reward model's score in the optimised reward (``source: reward_model`` or ``both``)."""
 
 
 # ------------------------------------------------------------------------------------------------------- algorithm
@@ -536,7 +545,8 @@ class Recipe(_Section):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     """Difficulty sampling and staged limits (see rlvr/curriculum/); the default is plain seeded epochs."""
     reward_model: RewardModelConfig | None = None
-    """A learned reward model to score completions (not yet wired into the trainer; see rlvr/reward_model/)."""
+    """A learned reward model to score completions (``rlvr rm train``); used when ``reward.source`` is
+    ``reward_model`` or ``both``."""
 
     @model_validator(mode="after")
     def _validate_cross_fields(self) -> "Recipe":
@@ -555,6 +565,12 @@ class Recipe(_Section):
                 raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
                                  f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
         _validate_algorithm(self.algorithm)
+        if self.reward.source != "verifiers" and self.reward_model is None:
+            raise ValueError(f"reward.source={self.reward.source!r} needs a reward_model: section (reward_model.path: "
+                             "a folder written by `rlvr rm train`)")
+        if self.reward.source == "verifiers" and not any(v.optimise for v in self.verifiers):
+            raise ValueError("every verifier has optimise: false and reward.source='verifiers': nothing is optimised; "
+                             "set optimise: true on one, or reward.source: reward_model")
         names = [v.name for v in self.verifiers]
         if self.reward.solved_verifier is not None and self.reward.solved_verifier not in names:
             raise ValueError(f"reward.solved_verifier={self.reward.solved_verifier!r} is not among the verifiers "

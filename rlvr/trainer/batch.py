@@ -28,6 +28,7 @@ class RolloutBatch:
     rewards: Tensor | None = None            # (N,) total reward
     solved: Tensor | None = None             # (N,) bool: the solved-verifier scored 1
     valid: Tensor | None = None              # (N,) bool: False when a verifier failed and failure_score is None
+    rm_scores: Tensor | None = None          # (N,) the reward model's score (reward.source reward_model / both)
     input_ids: Tensor | None = None          # (N, P + T)
     attention_mask: Tensor | None = None     # (N, P + T)
     response_mask: Tensor | None = None      # (N, T) 1 on response tokens that enter the loss

@@ -79,6 +79,19 @@ def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: flo
     return out
 
 
+def reward_model_metrics(batch: RolloutBatch, gold_labels: list[str], metrics: dict[str, float]) -> dict[str, float]:
+    """``reward/rm_mean`` (the reward model's score over valid samples, all ranks) and ``reward/gold_<label>`` (the
+    mean of each gold verifier, copied from ``metrics``' ``reward/<label>``). Every rank must call it."""
+    rm = batch.rm_scores if batch.rm_scores is not None else torch.zeros(0)
+    valid = batch.valid.float() if batch.valid is not None else torch.ones(len(rm))
+    total, count = all_reduce_sum(torch.tensor([float((rm.double() * valid).sum()), float(valid.sum())],
+                                               dtype=torch.float64)).tolist()
+    out = {"reward/rm_mean": total / count if count else float("nan")}
+    for lbl in gold_labels:
+        out[f"reward/gold_{lbl}"] = metrics[f"reward/{lbl}"]
+    return out
+
+
 def write_samples(path: Path, batch: RolloutBatch, answer_field: str | None) -> None:
     """``path`` (``samples/step-N.jsonl``): one line per sample of ``batch`` (prompt, completion, rewards per
     verifier, failures, tokens, finish reason, the sample's first-token advantage)."""
@@ -89,7 +102,8 @@ def write_samples(path: Path, batch: RolloutBatch, answer_field: str | None) -> 
             fh.write(json.dumps({
                 "prompt_index": prompt.index, "group": i // batch.group_size, "prompt": prompt.text,
                 "answer": prompt.row.get(answer_field) if answer_field else None,
-                "completion": text, "reward": res.total, "scores": res.scores, "extras": res.extras,
+                "completion": text, "reward": res.total,
+                "rm_score": float(batch.rm_scores[i]) if batch.rm_scores is not None else None, "scores": res.scores, "extras": res.extras,
                 "failures": res.failures, "tokens": len(comp.token_ids), "finish_reason": comp.finish_reason,
                 "advantage": float(batch.advantages[i, 0]) if batch.advantages is not None and
                 batch.advantages.shape[1] else None}, default=str) + "\n")

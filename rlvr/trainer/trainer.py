@@ -51,7 +51,7 @@ from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
 from rlvr.trainer.dynamic_sampling import collect
 from rlvr.trainer.policy_objective import PolicyObjective
 from rlvr.trainer.progress import phase
-from rlvr.trainer.reward_sources import RewardSource, VerifierRewards
+from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
 from rlvr.trainer.run_loop import RunLoop
 from rlvr.trainer.stages import StageTimer
 from rlvr.trainer.update_loop import run_update
@@ -122,6 +122,7 @@ class RLTrainer(RunLoop):
         if self.dist.is_main:
             announce_precision(self.precision)
         self.autocast_dtype = self.precision.autocast_dtype
+        self.reward_model = self._load_reward_model() if r.reward.source != "verifiers" else None
         self.ref_model = None
         if needs.reference:
             self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
@@ -185,9 +186,31 @@ class RLTrainer(RunLoop):
 
     @property
     def rewards(self) -> RewardSource:
-        """The recipe's reward source: its verifiers (:mod:`rlvr.trainer.reward_sources`)."""
-        return VerifierRewards(self.reward_fn, self.labels, self.solved_label,
-                               drop_failed=self.recipe.reward.failure_score is None)
+        """The recipe's reward source (``reward.source``: verifiers, reward model, or both; see
+        :mod:`rlvr.trainer.reward_sources`)."""
+        r = self.recipe
+        # recipe verifiers come first in the labels (the algorithm's own, e.g. overlong, after them)
+        gold = [lbl for lbl, v in zip(self.labels, r.verifiers) if not v.optimise or r.reward.source == "reward_model"]
+        verifiers = VerifierRewards(self.reward_fn, self.labels, self.solved_label,
+                                    drop_failed=r.reward.failure_score is None, gold_labels=gold)
+        if self.reward_model is None:
+            return verifiers
+        return RewardModelRewards(self.reward_model, verifiers, pad_id=int(self.tokenizer.pad_token_id),
+                                  micro_batch_size=r.reward_model.micro_batch_size,
+                                  autocast_dtype=self.autocast_dtype, add_verifiers=r.reward.source == "both",
+                                  rm_weight=r.reward.rm_weight)
+
+    def _load_reward_model(self) -> Any:
+        """The ``reward_model:`` section's model or ensemble, frozen, on this rank's device."""
+        from rlvr.reward_model.ensemble import RewardModelEnsemble
+
+        cfg = self.recipe.reward_model
+        paths = cfg.paths or [cfg.path]
+        with phase(f"loading the reward model ({', '.join(paths)})", self.dist.is_main):
+            ensemble = RewardModelEnsemble.load(paths, cfg.aggregate, cfg.k)
+        for member in ensemble.members:
+            member.to(self.dist.device).eval().requires_grad_(False)
+        return ensemble
 
     @property
     def _idle_pass(self) -> Callable[[bool], None]:
@@ -251,9 +274,10 @@ class RLTrainer(RunLoop):
         """Score every completion with the reward source (verifiers in the worker pool; failures cost one sample)."""
         max_new = self.curriculum.max_new_tokens(self.step_done)  # the stage's limit (overlong shaping uses it)
         samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
-        scores = self.rewards.score(batch.texts, samples)
+        scores = self.rewards.score(batch, samples)
         batch.reward_results, batch.rewards, batch.solved, batch.valid = (scores.results, scores.rewards,
                                                                          scores.solved, scores.valid)
+        batch.rm_scores = scores.rm_scores
 
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
         """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`)."""
@@ -331,8 +355,13 @@ class RLTrainer(RunLoop):
     def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
         """``reward/*`` and ``rollout/*`` metrics of the step (:func:`rlvr.trainer.step_metrics.rollout_metrics`)."""
         self.failure_reasons = step_metrics.failure_reasons(batch, self.labels)
-        return step_metrics.rollout_metrics(batch, self.labels, timer.seconds.get("rollout", 0.0),
-                                            self.tokens_generated)
+        metrics = step_metrics.rollout_metrics(batch, self.labels, timer.seconds.get("rollout", 0.0),
+                                               self.tokens_generated)
+        gold = self.rewards.gold_labels
+        if self.reward_model is not None or gold:
+            metrics.update(step_metrics.reward_model_metrics(batch, gold, metrics) if self.reward_model is not None
+                           else {f"reward/gold_{lbl}": metrics[f"reward/{lbl}"] for lbl in gold})
+        return metrics
 
     def _write_samples(self, step: int, batch: RolloutBatch) -> None:
         """``samples/step-N.jsonl``: one line per sample of rank 0, every ``trainer.log_samples_every`` steps."""

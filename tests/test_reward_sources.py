@@ -1,0 +1,104 @@
+"""Reward sources: verifiers, a reward model, or both (``reward.source``), and gold verifiers (``optimise: false``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlvr.config import RecipeError, resolve
+from rlvr.data.prompts import Prompt
+from rlvr.metrics import read_metrics
+from rlvr.rollout.base import Completion
+from rlvr.trainer.batch import RolloutBatch
+from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
+from rlvr.verifier_inputs import verifier_specs
+from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
+from verifiers.reward import RewardResult
+
+
+class FakeVerifierPool:
+    """Stands in for RewardFunction: the total is 1 for completions starting with a digit."""
+
+    def score(self, texts, samples):
+        return [RewardResult(total=float(t[:1].isdigit()), scores={"v": float(t[:1].isdigit())}, extras={},
+                             failures={}) for t in texts]
+
+    def close(self):
+        pass
+
+
+class FakeRewardModel:
+    """Scores a token sequence by its length: (N,) aggregate and (1, N) members, like RewardModelEnsemble.score."""
+
+    def __init__(self):
+        self.calls = []
+
+    def score(self, sequences, pad_id, micro_batch_size=16, autocast_dtype=None):
+        self.calls.append(sequences)
+        s = torch.tensor([float(len(x)) for x in sequences])
+        return s, s.unsqueeze(0)
+
+
+def _batch() -> RolloutBatch:
+    prompts = [Prompt(index=0, row={}, text="p", token_ids=[7, 8])]
+    comps = [Completion(token_ids=[1], logprobs=[0.0], finish_reason="stop"),
+             Completion(token_ids=[1, 2, 3], logprobs=[0.0] * 3, finish_reason="stop")]
+    return RolloutBatch(prompts=prompts, completions=comps, group_size=2, texts=["5", "x"])
+
+
+@pytest.mark.parametrize("add_verifiers, expected", [(False, [1.5, 2.5]), (True, [2.5, 2.5])])
+def test_reward_model_source_scores_the_exact_ids_and_weights(add_verifiers, expected):
+    verifiers = VerifierRewards(FakeVerifierPool(), ["v"], "v", drop_failed=False, gold_labels=["v"])
+    rm = FakeRewardModel()
+    source = RewardModelRewards(rm, verifiers, pad_id=0, micro_batch_size=4, autocast_dtype=None,
+                                add_verifiers=add_verifiers, rm_weight=0.5)
+    scores = source.score(_batch(), [{}, {}])
+    assert rm.calls == [[[7, 8, 1], [7, 8, 1, 2, 3]]]  # prompt + completion ids, never re-tokenised
+    assert scores.rm_scores.tolist() == [3.0, 5.0]
+    assert scores.rewards.tolist() == expected  # 0.5 * rm (+ the verifier total 1, 0 with both)
+    assert scores.solved.tolist() == [True, False] and scores.valid.tolist() == [True, True]
+    assert source.gold_labels == ["v"]
+
+
+def test_verifier_source_refuses_unknown_labels():
+    with pytest.raises(ValueError, match=r"\['w'\] are not among the verifiers \['v'\]"):
+        VerifierRewards(FakeVerifierPool(), ["v"], "v", drop_failed=False, gold_labels=["w"])
+
+
+def test_recipe_reward_source_keys(tmp_path):
+    base = tiny_recipe(tmp_path / "m", tmp_path / "d.jsonl")
+    with pytest.raises(RecipeError, match="reward.source='reward_model' needs a reward_model: section"):
+        resolve({**base, "reward": {"source": "reward_model"}})
+    gold_only = {**base, "verifiers": [{"name": "tests.tiny:digit_fraction", "optimise": False}]}
+    with pytest.raises(RecipeError, match="every verifier has optimise: false"):
+        resolve(gold_only)
+    mixed = resolve({**base, "verifiers": [{"name": "tests.tiny:digit_fraction", "weight": 2.0},
+                                           {"name": "tests.tiny:starts_with_digit", "weight": 3.0,
+                                            "optimise": False}]})
+    assert [s.weight for s in verifier_specs(mixed)] == [2.0, 0.0]  # gold: scored, weighs nothing
+
+
+def test_grpo_against_a_reward_model_logs_proxy_and_gold(tmp_path):
+    from rlvr.reward_model.model import RewardModel
+    from rlvr.trainer.trainer import RLTrainer
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    rm = RewardModel.from_backbone(str(model_dir), seed=1)
+    rm.save(tmp_path / "rm", build_tokenizer())
+    raw = tiny_recipe(model_dir, data, trainer={"steps": 2, "save_every": 0, "log_samples_every": 1},
+                      reward={"num_workers": 1, "source": "reward_model", "rm_weight": 0.5},
+                      reward_model={"path": str(tmp_path / "rm")})
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
+    trainer.train()
+    trainer.engine.destroy()
+    steps = [m for m in read_metrics(tmp_path / "run") if "reward/rm_mean" in m]
+    assert len(steps) == 2
+    label = "tests.tiny:digit_fraction"
+    for m in steps:
+        assert m["reward/mean"] == pytest.approx(0.5 * m["reward/rm_mean"], abs=1e-6)  # the RM alone is optimised
+        assert m[f"reward/gold_{label}"] == m[f"reward/{label}"]  # the verifier is logged as gold
+    # the logged RM score of a sample is the reward model's score of its prompt + completion ids
+    import json
+    row = json.loads((tmp_path / "run/samples/step-1.jsonl").read_text().splitlines()[0])
+    assert row["rm_score"] is not None and row["reward"] == pytest.approx(row["scores"][label])
