@@ -150,17 +150,24 @@ class RewardConfig(_Section):
 
 
 # ------------------------------------------------------------------------------------------------------- algorithm
-STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True}
+STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True, "gae": True}
 """``advantage.std_normalize`` when the recipe leaves it out: each estimator's paper."""
 
 
 class AdvantageConfig(_Section):
-    type: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
+    type: Literal["grpo", "rloo", "reinforce_pp", "gae"] = "grpo"
+    """``grpo``/``rloo``/``reinforce_pp``: group-relative baselines. ``gae``: PPO with a critic (``algorithm.critic``),
+    per-token rewards (-beta * KL at every token, the sequence score at the last one) and GAE (1506.02438), whitened
+    over the global batch (``std_normalize``)."""
     std_normalize: bool | None = None
     """Divide by a reward std: ``grpo`` the group's (off in Dr. GRPO, 2503.20783, which shows it biases toward easy/hard
     prompts); ``rloo`` the group's (off in the paper); ``reinforce_pp`` the global batch's (on in the paper).
     ``None`` = the estimator's paper (``STD_NORMALIZE_DEFAULT``)."""
     eps: float = Field(1e-6, gt=0)
+    gamma: float = Field(1.0, ge=0, le=1)
+    """GAE discount (``gae`` only; 1.0 for language-model RL)."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda (``gae`` only)."""
 
     @model_validator(mode="after")
     def _fill_std_normalize(self) -> "AdvantageConfig":
@@ -213,8 +220,23 @@ class DynamicSamplingConfig(_Section):
     step is normalised by the tokens it kept."""
 
 
+class CriticConfig(_Section):
+    """The value model of ``advantage.type: gae`` (PPO): a scalar head on a copy of the policy's trunk, trained by the
+    same update loop as the policy with its own optimizer."""
+
+    lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    value_clip: float | None = Field(0.2, gt=0)
+    """PPO value clipping around the rollout-time values (in reward units); ``None`` = plain squared error."""
+    vf_coef: float = Field(1.0, gt=0)
+    """Multiplies the value loss (the critic has its own optimizer, so this is a learning-rate factor)."""
+    truncation_penalty: float = Field(0.0, ge=0)
+    """Subtracted from the score of a completion cut at max_new_tokens without eos."""
+
+
 class AlgorithmConfig(_Section):
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    """Used by ``advantage.type: gae`` only."""
     policy_loss: Literal["ppo_clip", "cispo"] = "ppo_clip"
     """``ppo_clip``: PPO's clipped surrogate (a clipped token gets no gradient). ``cispo`` (MiniMax-M1, 2506.13585):
     a clipped, stop-gradient importance weight times the log-prob, so no token's gradient is dropped; the weight is
@@ -584,6 +606,9 @@ class Recipe(_Section):
 
 def _validate_algorithm(a: AlgorithmConfig) -> None:
     """Combinations that would silently do something else than they say."""
+    if a.advantage.type == "gae" and a.kl.beta > 0 and a.kl.placement != "reward":
+        raise ValueError("algorithm.advantage.type='gae' (PPO) puts the KL penalty in the per-token reward: set "
+                         "algorithm.kl.placement='reward' (estimator 'k1' is the InstructGPT choice)")
     if a.kl.beta > 0 and a.kl.placement == "loss" and a.kl.estimator == "k1":
         raise ValueError("algorithm.kl.estimator='k1' with placement='loss' has zero expected gradient (E[grad log pi] "
                          "= 0): use estimator 'k3' (GRPO's, unbiased and >= 0) or 'k2' (its gradient is the reverse-KL "

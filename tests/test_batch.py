@@ -28,7 +28,8 @@ def _batch(b: int = 3, offset: int = 0) -> RolloutBatch:
         input_ids=column.long().unsqueeze(1).repeat(1, 3), attention_mask=torch.ones(n, 3, dtype=torch.long),
         response_mask=column.unsqueeze(1).repeat(1, 2), rollout_logprobs=column.unsqueeze(1).repeat(1, 2),
         old_logprobs=column.unsqueeze(1).repeat(1, 2), ref_logprobs=column.unsqueeze(1).repeat(1, 2),
-        advantages=column.unsqueeze(1).repeat(1, 2))
+        advantages=column.unsqueeze(1).repeat(1, 2), values=column.unsqueeze(1).repeat(1, 2),
+        returns=column.unsqueeze(1).repeat(1, 2))
 
 
 def test_select_groups_keeps_every_field_of_the_chosen_groups():

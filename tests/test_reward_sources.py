@@ -102,3 +102,34 @@ def test_grpo_against_a_reward_model_logs_proxy_and_gold(tmp_path):
     import json
     row = json.loads((tmp_path / "run/samples/step-1.jsonl").read_text().splitlines()[0])
     assert row["rm_score"] is not None and row["reward"] == pytest.approx(row["scores"][label])
+
+
+def _ppo_recipe(model_dir, data, rm_dir, **trainer):
+    return tiny_recipe(model_dir, data, trainer={"save_every": 0, "log_samples_every": 0, **trainer},
+                       reward={"num_workers": 1, "source": "reward_model"},
+                       reward_model={"path": str(rm_dir)}, optim={"lr": 1e-2, "micro_batch_size": 8},
+                       algorithm={"loss_agg": "token-mean", "advantage": {"type": "gae", "gamma": 1.0, "lam": 0.95},
+                                  "kl": {"beta": 0.01, "placement": "reward", "estimator": "k1"},
+                                  "critic": {"lr": 1e-2, "value_clip": 0.2}, "ppo_epochs": 2})
+
+
+def test_ppo_raises_a_fixed_reward_models_score(tmp_path):
+    from rlvr.reward_model.model import RewardModel
+    from rlvr.trainer.trainer import RLTrainer
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    RewardModel.from_backbone(str(model_dir), seed=1).save(tmp_path / "rm", build_tokenizer())
+    trainer = RLTrainer(resolve(_ppo_recipe(model_dir, data, tmp_path / "rm", steps=12)), tmp_path / "run")
+    assert trainer.critic is not None and trainer.ref_model is not None
+    trainer.train()
+    trainer.engine.destroy()
+    steps = [m for m in read_metrics(tmp_path / "run") if "reward/rm_mean" in m]
+    assert len(steps) == 12
+    for key in ("critic/value_loss", "critic/explained_variance", "critic/value_clip_fraction", "train/kl",
+                "train/kl_beta", "train/sqrt_kl_from_init", "reward/gold_tests.tiny:digit_fraction"):
+        assert key in steps[-1], key
+    first = sum(m["reward/rm_mean"] for m in steps[:3]) / 3
+    last = sum(m["reward/rm_mean"] for m in steps[-3:]) / 3
+    assert last > first + 0.05, (first, last, [round(m["reward/rm_mean"], 3) for m in steps])
+    assert steps[-1]["train/sqrt_kl_from_init"] > 0  # the policy moved away from the reference

@@ -7,8 +7,8 @@ advantage differs from token to token.
 
 - :class:`GroupRelative` (``grpo``, ``rloo``, ``reinforce_pp``): an outcome reward per sample, a baseline from the
   other samples of its group (:mod:`rlvr.advantages`), broadcast over the response tokens; no critic, no returns.
-- GAE with a critic (the PPO path) is the second kind: per-token rewards and values in, ``Advantages(advantages,
-  returns)`` out.
+- :class:`GAE` with a critic (the PPO path) is the second kind: per-token rewards and values in,
+  ``Advantages(advantages, returns)`` out.
 
 The pure tensor math lives in :mod:`rlvr.advantages`; this module only wires a recipe's choice to it.
 Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response tokens.
@@ -110,7 +110,51 @@ class GroupRelative:
         return Advantages(advantages=token_adv)
 
 
+class GAE:
+    """PPO's advantages from a critic (InstructGPT 2203.02155 / Ziegler 1909.08593): per-token rewards
+    ``-beta * KL_t`` at every response token plus the sequence score (the reward source's total, minus
+    ``critic.truncation_penalty`` for a completion cut without eos) at its last real token
+    (:func:`rlvr.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam`` (:func:`rlvr.gae.gae_advantages`)
+    against the rollout-time values, and the advantages whitened over all ranks' tokens.
+
+    Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
+    reference: the initial policy, for the KL penalty and the ``train/sqrt_kl_from_init`` metric even at beta 0.
+
+    Args:
+        config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
+    """
+
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
+        self.config = config
+        self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
+
+    def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
+        """Advantages and returns (N, T) of a prepared batch with ``values`` (N, T) from the critic."""
+        from rlvr.gae import gae_advantages
+        from rlvr.reward_shaping import per_token_rewards
+
+        a = self.config
+        if not batch.prompts:
+            whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
+            return Advantages(advantages=torch.zeros(0, 1), returns=torch.zeros(0, 1))
+        mask = batch.response_mask
+        # the score sits at each completion's last token (even where the mask drops the sample: it is then masked)
+        lengths = torch.tensor([max(len(c.token_ids), 1) for c in batch.completions])
+        token_mask = (torch.arange(mask.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (N, T)
+        kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator) \
+            if self.needs.reference and batch.ref_logprobs is not None else None
+        truncated = torch.tensor([c.finish_reason == "length" for c in batch.completions])
+        rewards = per_token_rewards(batch.rewards, token_mask, kl=kl, beta=kl_beta if kl is not None else 0.0,
+                                    truncated=truncated, truncation_penalty=a.critic.truncation_penalty) * mask
+        adv, returns = gae_advantages(rewards, batch.values, mask, gamma=a.advantage.gamma, lam=a.advantage.lam)
+        adv = whiten(adv, mask, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps,
+                     all_reduce_sum=all_reduce_sum)
+        return Advantages(advantages=adv, returns=returns)
+
+
 def build_algorithm(config: AlgorithmConfig, reference: bool | None = None) -> Algorithm:
-    """The algorithm a recipe's ``algorithm`` section describes (today: the group-relative kind); ``reference``:
-    whether a reference model is loaded (``None``: the recipe's need)."""
+    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae``, else the
+    group-relative kind; ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
+    if config.advantage.type == "gae":
+        return GAE(config, reference)
     return GroupRelative(config, reference)

@@ -36,6 +36,8 @@ class RolloutBatch:
     old_logprobs: Tensor | None = None       # (N, T) trainer's log-probs before the update (if computed)
     ref_logprobs: Tensor | None = None       # (N, T) reference policy (if beta > 0)
     advantages: Tensor | None = None         # (N, T)
+    values: Tensor | None = None             # (N, T) critic values at rollout time (PPO)
+    returns: Tensor | None = None            # (N, T) GAE returns, the critic's targets (PPO)
 
     @property
     def num_samples(self) -> int:

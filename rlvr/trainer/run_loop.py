@@ -132,7 +132,11 @@ class RunLoop:
         summary = self._summary(eval_after, time.perf_counter() - start_time, final)
         self.logger.close()
         self.rewards.close()
+        self._release()
         return summary
+
+    def _release(self) -> None:
+        """Free what the trainer holds besides the policy engine (the caller destroys that one)."""
 
     def _summary(self, eval_after: dict | None, seconds: float, final: Path) -> dict[str, Any]:
         summary: dict[str, Any] = {"steps": self.step_done, "wall_time_s": round(seconds, 1),

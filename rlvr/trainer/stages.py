@@ -9,7 +9,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "advantages", "update", "sync", "checkpoint")
+STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update", "sync", "checkpoint")
 
 
 class StageTimer:

@@ -27,6 +27,7 @@ Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T respo
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -37,7 +38,7 @@ import torch
 from rlvr import checkpoint as ckpt
 from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
-from rlvr.kl import AdaptiveKLController
+from rlvr.kl import AdaptiveKLController, kl_per_token
 from rlvr.metrics import MetricsLogger
 from rlvr.models import eos_token_ids, load_causal_lm
 from rlvr.precision import announce_precision, choose_precision
@@ -46,6 +47,7 @@ from rlvr.rollout.base import SamplingParams
 from rlvr.trainer import step_metrics
 from rlvr.trainer.algorithms import Algorithm, build_algorithm
 from rlvr.trainer.batch import RolloutBatch, tensorize
+from rlvr.trainer.critic import CriticWorker, ValueModel, ValueObjective, critic_metrics
 from rlvr.trainer.deepspeed_setup import build_engine
 from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
 from rlvr.trainer.dynamic_sampling import collect
@@ -95,6 +97,9 @@ class RLTrainer(RunLoop):
                              "parameters in every generation step, and ranks stop generating at different steps): use "
                              "rollout.engine=vllm, or trainer.zero_stage <= 2")
         self._resume_path: Path | None = None
+        if r.algorithm.advantage.type == "gae" and (resume or resume_from is not None):
+            raise NotImplementedError("resuming a PPO run (advantage.type gae) is not implemented yet: the critic's "
+                                      "weights and optimizer are not in the checkpoint")
         if resume_from is not None:
             self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
         elif resume:
@@ -132,6 +137,7 @@ class RLTrainer(RunLoop):
             self.engine = build_engine(self.model, r.optim, r.trainer, r.trainer.steps * a.ppo_epochs * a.mini_batches)
         self.policy = self._worker(self.model, self.engine)
         self.reference = self._worker(self.ref_model, None) if self.ref_model is not None else None
+        self.critic = self._build_critic(model_path) if needs.critic else None
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or self._build_rollout_engine()
@@ -167,6 +173,26 @@ class RLTrainer(RunLoop):
                                                r.trainer.zero_stage),
                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
                            gradient_checkpointing=r.model.gradient_checkpointing)
+
+    def _build_critic(self, model_path: str) -> CriticWorker:
+        """The PPO critic: a value head on a copy of the policy's trunk, on its own DeepSpeed engine and optimizer
+        (``algorithm.critic.lr``, the policy's schedule)."""
+        from rlvr.reward_model.model import RewardModel
+
+        r, a = self.recipe, self.recipe.algorithm
+        with phase("critic (value head on the policy's trunk)", self.dist.is_main):
+            module = ValueModel(RewardModel.from_backbone(model_path, seed=r.seed)).to(self.dist.device)
+            engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
+                                  r.trainer.steps * a.ppo_epochs * a.mini_batches)
+        return CriticWorker(module, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
+                            plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens,
+                                                r.trainer.zero_stage),
+                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
+                            gradient_checkpointing=r.model.gradient_checkpointing)
+
+    def _release(self) -> None:
+        if self.critic is not None:
+            self.critic.engine.destroy()
 
     def _build_rollout_engine(self) -> Any:
         r = self.recipe
@@ -297,6 +323,9 @@ class RLTrainer(RunLoop):
             batch.response_mask = batch.advantages = torch.zeros(0, 1)
             if needs.old_logprobs:
                 self.policy.join_logprobs()  # join the other ranks' ZeRO-3 parameter gathers
+            if self.critic is not None:
+                self.critic.join_logprobs()
+            batch.values = batch.returns = torch.zeros(0, 1)
             return
         tensorize(batch, int(self.tokenizer.pad_token_id), self.recipe.algorithm.mask_truncated)
         if needs.old_logprobs:
@@ -305,6 +334,9 @@ class RLTrainer(RunLoop):
         if self.reference is not None:
             with timer("ref_logprobs"):
                 batch.ref_logprobs = self.reference.logprobs(batch)
+        if self.critic is not None:
+            with timer("values"):
+                batch.values = self.critic.values(batch)
 
     def compute_advantages(self, batch: RolloutBatch) -> None:
         """Advantages (N, T) of the prepared batch, by the recipe's algorithm (:mod:`rlvr.trainer.algorithms`).
@@ -312,6 +344,8 @@ class RLTrainer(RunLoop):
         out = self.algorithm.advantages(batch, self.kl_ctl.beta, all_reduce_sum)
         if batch.prompts:
             batch.advantages = out.advantages
+            if out.returns is not None:
+                batch.returns = out.returns
 
     def update(self, batch: RolloutBatch, loss_scale: float = 1.0) -> dict[str, float]:
         """The policy update (:func:`rlvr.trainer.update_loop.run_update` with the policy loss); ``loss_scale``
@@ -322,9 +356,26 @@ class RLTrainer(RunLoop):
         sums = run_update(self.policy, batch, objective, epochs=a.ppo_epochs, mini_batches=a.mini_batches,
                           seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
         metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
+        if self.critic is not None:
+            value_sums = run_update(self.critic, batch, ValueObjective(self.critic, a, r.rollout.max_new_tokens),
+                                    epochs=a.ppo_epochs, mini_batches=a.mini_batches,
+                                    seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
+            metrics.update(critic_metrics(value_sums, batch))
+            metrics["train/sqrt_kl_from_init"] = self._sqrt_kl_from_init(batch)
         if self.ref_model is not None:
             self.kl_ctl.update(metrics["train/kl"])
         return metrics
+
+    def _sqrt_kl_from_init(self, batch: RolloutBatch) -> float:
+        """sqrt of the mean over samples of sum_t KL_t (k3, nats per sample) of the pre-update policy from the
+        reference (the initial policy): the x axis of Gao et al. 2022 (2210.10760). Every rank must call it."""
+        if batch.prompts and batch.ref_logprobs is not None and batch.old_logprobs is not None:
+            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, "k3") * batch.response_mask
+            total, count = float(kl.sum()), float((batch.response_mask.sum(1) > 0).sum())
+        else:
+            total, count = 0.0, 0.0
+        total, count = all_reduce_sum(torch.tensor([total, count], dtype=torch.float64)).tolist()
+        return math.sqrt(max(total / count, 0.0)) if count else float("nan")
 
     # ------------------------------------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
