@@ -133,3 +133,36 @@ def test_ppo_raises_a_fixed_reward_models_score(tmp_path):
     last = sum(m["reward/rm_mean"] for m in steps[-3:]) / 3
     assert last > first + 0.05, (first, last, [round(m["reward/rm_mean"], 3) for m in steps])
     assert steps[-1]["train/sqrt_kl_from_init"] > 0  # the policy moved away from the reference
+
+
+def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
+    """4 PPO steps straight vs 2 steps, a checkpoint, a fresh trainer resumed from it, 2 more: the same metrics
+    (the critic's weights, optimizer and schedule come back from the checkpoint's critic/ state)."""
+    from rlvr.reward_model.model import RewardModel
+    from rlvr.trainer.trainer import RLTrainer
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    RewardModel.from_backbone(str(model_dir), seed=1).save(tmp_path / "rm", build_tokenizer())
+
+    def run(run_dir, steps, resume=False):
+        raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=4, save_every=2)
+        trainer = RLTrainer(resolve(raw), run_dir, resume=resume)
+        trainer._plot = lambda: None
+        if not resume:
+            trainer.recipe.trainer.steps = steps  # stop early, as a killed run would, after the step-2 checkpoint
+        trainer.train()
+        trainer.engine.destroy()
+
+    run(tmp_path / "a", 4)
+    run(tmp_path / "b", 2)
+    assert (tmp_path / "b/checkpoints/step-2/critic").is_dir()
+    run(tmp_path / "b", 4, resume=True)
+
+    def comparable(d):
+        return [{k: v for k, v in m.items() if not k.startswith("time/") and k != "rollout/tokens_per_s"}
+                for m in read_metrics(d) if "reward/rm_mean" in m]
+
+    a, b = comparable(tmp_path / "a"), comparable(tmp_path / "b")
+    assert len(a) == len(b) == 4
+    assert a == b

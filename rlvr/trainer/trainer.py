@@ -97,9 +97,6 @@ class RLTrainer(RunLoop):
                              "parameters in every generation step, and ranks stop generating at different steps): use "
                              "rollout.engine=vllm, or trainer.zero_stage <= 2")
         self._resume_path: Path | None = None
-        if r.algorithm.advantage.type == "gae" and (resume or resume_from is not None):
-            raise NotImplementedError("resuming a PPO run (advantage.type gae) is not implemented yet: the critic's "
-                                      "weights and optimizer are not in the checkpoint")
         if resume_from is not None:
             self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
         elif resume:
@@ -258,6 +255,8 @@ class RLTrainer(RunLoop):
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
+        if self.critic is not None:
+            ckpt.load_extra_engine(path, "critic", self.critic.engine)
         self.step_done = int(state["step"])
         self.curriculum.load_state_dict(state["curriculum"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
@@ -273,7 +272,8 @@ class RLTrainer(RunLoop):
     def save(self) -> Path:
         """Checkpoint the current step (atomic), and refresh the plots."""
         path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
-                                    self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank)
+                                    self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
+                                    extra_engines={"critic": self.critic.engine} if self.critic is not None else None)
         self._plot()
         return path
 
