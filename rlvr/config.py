@@ -231,6 +231,14 @@ class CriticConfig(_Section):
     """Multiplies the value loss (the critic has its own optimizer, so this is a learning-rate factor)."""
     truncation_penalty: float = Field(0.0, ge=0)
     """Subtracted from the score of a completion cut at max_new_tokens without eos."""
+    reward_normalize: bool = False
+    """Normalise sequence scores by their running mean and std over all steps and ranks so far (before the KL
+    penalty is added; the running statistics are checkpointed)."""
+    reward_clip: float | None = Field(None, gt=0)
+    """Clamp normalised scores to [-reward_clip, reward_clip] (with ``reward_normalize``)."""
+    warmup_steps: int = Field(0, ge=0)
+    """First steps that train only the critic (the policy is not updated), so its values are sensible when the
+    policy starts to follow the advantages."""
 
 
 class AlgorithmConfig(_Section):

@@ -104,13 +104,13 @@ def test_grpo_against_a_reward_model_logs_proxy_and_gold(tmp_path):
     assert row["rm_score"] is not None and row["reward"] == pytest.approx(row["scores"][label])
 
 
-def _ppo_recipe(model_dir, data, rm_dir, **trainer):
+def _ppo_recipe(model_dir, data, rm_dir, critic=None, **trainer):
     return tiny_recipe(model_dir, data, trainer={"save_every": 0, "log_samples_every": 0, **trainer},
                        reward={"num_workers": 1, "source": "reward_model"},
                        reward_model={"path": str(rm_dir)}, optim={"lr": 1e-2, "micro_batch_size": 8},
                        algorithm={"loss_agg": "token-mean", "advantage": {"type": "gae", "gamma": 1.0, "lam": 0.95},
                                   "kl": {"beta": 0.01, "placement": "reward", "estimator": "k1"},
-                                  "critic": {"lr": 1e-2, "value_clip": 0.2}, "ppo_epochs": 2})
+                                  "critic": {"lr": 1e-2, "value_clip": 0.2, **(critic or {})}, "ppo_epochs": 2})
 
 
 def test_ppo_raises_a_fixed_reward_models_score(tmp_path):
@@ -137,7 +137,8 @@ def test_ppo_raises_a_fixed_reward_models_score(tmp_path):
 
 def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
     """4 PPO steps straight vs 2 steps, a checkpoint, a fresh trainer resumed from it, 2 more: the same metrics
-    (the critic's weights, optimizer and schedule come back from the checkpoint's critic/ state)."""
+    (the critic's weights, optimizer and schedule come back from the checkpoint's critic/ state, the running score
+    normaliser from the trainer state). One critic-only warm-up step."""
     from rlvr.reward_model.model import RewardModel
     from rlvr.trainer.trainer import RLTrainer
 
@@ -146,7 +147,8 @@ def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
     RewardModel.from_backbone(str(model_dir), seed=1).save(tmp_path / "rm", build_tokenizer())
 
     def run(run_dir, steps, resume=False):
-        raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=4, save_every=2)
+        raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=4, save_every=2,
+                          critic={"reward_normalize": True, "reward_clip": 3.0, "warmup_steps": 1})
         trainer = RLTrainer(resolve(raw), run_dir, resume=resume)
         trainer._plot = lambda: None
         if not resume:
@@ -165,4 +167,5 @@ def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
 
     a, b = comparable(tmp_path / "a"), comparable(tmp_path / "b")
     assert len(a) == len(b) == 4
+    assert a[0]["train/critic_warmup"] == 1.0 and "train/loss" not in a[0] and "train/loss" in a[1]
     assert a == b

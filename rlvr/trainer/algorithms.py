@@ -17,7 +17,7 @@ Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response token
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 from torch import Tensor
@@ -122,10 +122,13 @@ class GAE:
 
     Args:
         config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
+        normalizer: :class:`rlvr.reward_shaping.RunningRewardNormalizer` (``critic.reward_normalize``), updated with
+            each batch's valid scores (all ranks) and applied to them before the KL penalty; ``None`` = raw scores.
     """
 
-    def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> None:
         self.config = config
+        self.normalizer = normalizer
         self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
@@ -135,8 +138,14 @@ class GAE:
 
         a = self.config
         if not batch.prompts:
+            if self.normalizer is not None:
+                self.normalizer.update(torch.zeros(0))  # join the collective
             whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
             return Advantages(advantages=torch.zeros(0, 1), returns=torch.zeros(0, 1))
+        scores = batch.rewards
+        if self.normalizer is not None:
+            self.normalizer.update(scores[batch.valid] if batch.valid is not None else scores)
+            scores = self.normalizer.normalize(scores)
         mask = batch.response_mask
         # the score sits at each completion's last token (even where the mask drops the sample: it is then masked)
         lengths = torch.tensor([max(len(c.token_ids), 1) for c in batch.completions])
@@ -144,7 +153,7 @@ class GAE:
         kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator) \
             if self.needs.reference and batch.ref_logprobs is not None else None
         truncated = torch.tensor([c.finish_reason == "length" for c in batch.completions])
-        rewards = per_token_rewards(batch.rewards, token_mask, kl=kl, beta=kl_beta if kl is not None else 0.0,
+        rewards = per_token_rewards(scores, token_mask, kl=kl, beta=kl_beta if kl is not None else 0.0,
                                     truncated=truncated, truncation_penalty=a.critic.truncation_penalty) * mask
         adv, returns = gae_advantages(rewards, batch.values, mask, gamma=a.advantage.gamma, lam=a.advantage.lam)
         adv = whiten(adv, mask, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps,
@@ -152,9 +161,10 @@ class GAE:
         return Advantages(advantages=adv, returns=returns)
 
 
-def build_algorithm(config: AlgorithmConfig, reference: bool | None = None) -> Algorithm:
-    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae``, else the
-    group-relative kind; ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
+def build_algorithm(config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> Algorithm:
+    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae`` (with the
+    running score ``normalizer``, if any), else the group-relative kind; ``reference``: whether a reference model is
+    loaded (``None``: the recipe's need)."""
     if config.advantage.type == "gae":
-        return GAE(config, reference)
+        return GAE(config, reference, normalizer)
     return GroupRelative(config, reference)

@@ -14,14 +14,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlvr.config import AlgorithmConfig
+from rlvr.config import AlgorithmConfig, Recipe
 from rlvr.logprobs import position_ids_from_mask
 from rlvr.losses import aggregate_loss
 from rlvr.reward_model.model import RewardModel
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import all_reduce_sum
+from rlvr.trainer.deepspeed_setup import build_engine
+from rlvr.trainer.distributed import DistInfo, all_reduce_sum
+from rlvr.trainer.progress import phase
 from rlvr.trainer.update_loop import Accumulate, Denominators
-from rlvr.trainer.workers import ModelWorker
+from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
 from rlvr.value_loss import clipped_value_loss
 
 
@@ -120,3 +122,18 @@ def critic_metrics(sums: dict[str, float], batch: RolloutBatch) -> dict[str, flo
             "critic/value_clip_fraction": clipped / max(tokens, 1.0),
             "critic/explained_variance": 1.0 - var_e / var_r if var_r > 0 else float("nan"),
             "critic/grad_norm": sums.get("grad_norm", 0.0) / opt_steps}
+
+
+def build_critic(recipe: Recipe, model_path: str, dist: DistInfo, pad_id: int,
+                 autocast_dtype: torch.dtype | None) -> CriticWorker:
+    """The PPO critic: a value head on a copy of the policy's trunk (``model_path``), on its own DeepSpeed engine and
+    optimizer (``algorithm.critic.lr``, the policy's schedule and ZeRO stage)."""
+    r, a = recipe, recipe.algorithm
+    with phase("critic (value head on the policy's trunk)", dist.is_main):
+        module = ValueModel(RewardModel.from_backbone(model_path, seed=r.seed)).to(dist.device)
+        engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
+                              r.trainer.steps * a.ppo_epochs * a.mini_batches)
+    return CriticWorker(module, engine, dist=dist, pad_id=pad_id,
+                        plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens, r.trainer.zero_stage),
+                        temperature=r.rollout.temperature, autocast_dtype=autocast_dtype,
+                        gradient_checkpointing=r.model.gradient_checkpointing)

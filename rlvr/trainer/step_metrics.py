@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.kl import kl_per_token
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.groups import zero_variance_groups
@@ -90,6 +91,18 @@ def reward_model_metrics(batch: RolloutBatch, gold_labels: list[str], metrics: d
     for lbl in gold_labels:
         out[f"reward/gold_{lbl}"] = metrics[f"reward/{lbl}"]
     return out
+
+
+def sqrt_kl_from_init(batch: RolloutBatch) -> float:
+    """sqrt of the mean over samples of sum_t KL_t (k3, nats per sample) of the pre-update policy from the reference
+    (the initial policy): the x axis of Gao et al. 2022 (2210.10760). Every rank must call it."""
+    if batch.prompts and batch.ref_logprobs is not None and batch.old_logprobs is not None:
+        kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, "k3") * batch.response_mask
+        total, count = float(kl.sum()), float((batch.response_mask.sum(1) > 0).sum())
+    else:
+        total, count = 0.0, 0.0
+    total, count = all_reduce_sum(torch.tensor([total, count], dtype=torch.float64)).tolist()
+    return math.sqrt(max(total / count, 0.0)) if count else float("nan")
 
 
 def write_samples(path: Path, batch: RolloutBatch, answer_field: str | None) -> None:

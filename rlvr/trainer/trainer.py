@@ -27,7 +27,6 @@ Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T respo
 
 from __future__ import annotations
 
-import math
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -38,16 +37,17 @@ import torch
 from rlvr import checkpoint as ckpt
 from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
-from rlvr.kl import AdaptiveKLController, kl_per_token
+from rlvr.kl import AdaptiveKLController
 from rlvr.metrics import MetricsLogger
 from rlvr.models import eos_token_ids, load_causal_lm
 from rlvr.precision import announce_precision, choose_precision
 from rlvr.recipe_inputs import open_recipe_inputs
+from rlvr.reward_shaping import RunningRewardNormalizer
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer import step_metrics
 from rlvr.trainer.algorithms import Algorithm, build_algorithm
 from rlvr.trainer.batch import RolloutBatch, tensorize
-from rlvr.trainer.critic import CriticWorker, ValueModel, ValueObjective, critic_metrics
+from rlvr.trainer.critic import ValueObjective, build_critic, critic_metrics
 from rlvr.trainer.deepspeed_setup import build_engine
 from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
 from rlvr.trainer.dynamic_sampling import collect
@@ -134,11 +134,15 @@ class RLTrainer(RunLoop):
             self.engine = build_engine(self.model, r.optim, r.trainer, r.trainer.steps * a.ppo_epochs * a.mini_batches)
         self.policy = self._worker(self.model, self.engine)
         self.reference = self._worker(self.ref_model, None) if self.ref_model is not None else None
-        self.critic = self._build_critic(model_path) if needs.critic else None
+        self.critic = build_critic(r, model_path, self.dist, int(self.tokenizer.pad_token_id),
+                                   self.autocast_dtype) if needs.critic else None
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or self._build_rollout_engine()
         self.failure_reasons: dict[str, str | None] = {}
+        c = r.algorithm.critic
+        self.reward_normalizer = RunningRewardNormalizer(clip=c.reward_clip) \
+            if needs.critic and c.reward_normalize else None
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
@@ -171,22 +175,6 @@ class RLTrainer(RunLoop):
                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
                            gradient_checkpointing=r.model.gradient_checkpointing)
 
-    def _build_critic(self, model_path: str) -> CriticWorker:
-        """The PPO critic: a value head on a copy of the policy's trunk, on its own DeepSpeed engine and optimizer
-        (``algorithm.critic.lr``, the policy's schedule)."""
-        from rlvr.reward_model.model import RewardModel
-
-        r, a = self.recipe, self.recipe.algorithm
-        with phase("critic (value head on the policy's trunk)", self.dist.is_main):
-            module = ValueModel(RewardModel.from_backbone(model_path, seed=r.seed)).to(self.dist.device)
-            engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
-                                  r.trainer.steps * a.ppo_epochs * a.mini_batches)
-        return CriticWorker(module, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
-                            plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens,
-                                                r.trainer.zero_stage),
-                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
-                            gradient_checkpointing=r.model.gradient_checkpointing)
-
     def _release(self) -> None:
         if self.critic is not None:
             self.critic.engine.destroy()
@@ -205,7 +193,8 @@ class RLTrainer(RunLoop):
     @property
     def algorithm(self) -> Algorithm:
         """The recipe's algorithm, with the reference model this trainer loaded (:mod:`rlvr.trainer.algorithms`)."""
-        return build_algorithm(self.recipe.algorithm, reference=self.ref_model is not None)
+        return build_algorithm(self.recipe.algorithm, reference=self.ref_model is not None,
+                               normalizer=self.reward_normalizer)
 
     @property
     def rewards(self) -> RewardSource:
@@ -251,7 +240,8 @@ class RLTrainer(RunLoop):
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
-                "eval_before": self.eval_before}
+                "eval_before": self.eval_before,
+                "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer else None}
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
@@ -260,6 +250,8 @@ class RLTrainer(RunLoop):
         self.step_done = int(state["step"])
         self.curriculum.load_state_dict(state["curriculum"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         self.tokens_generated = int(state.get("tokens_generated", 0))
         self.eval_before = state.get("eval_before")
         self.rollout_engine.sync_weights(self.model)
@@ -325,7 +317,7 @@ class RLTrainer(RunLoop):
                 self.policy.join_logprobs()  # join the other ranks' ZeRO-3 parameter gathers
             if self.critic is not None:
                 self.critic.join_logprobs()
-            batch.values = batch.returns = torch.zeros(0, 1)
+                batch.values = batch.returns = torch.zeros(0, 1)
             return
         tensorize(batch, int(self.tokenizer.pad_token_id), self.recipe.algorithm.mask_truncated)
         if needs.old_logprobs:
@@ -353,29 +345,21 @@ class RLTrainer(RunLoop):
         Moves the adaptive KL coefficient after the update."""
         r, a = self.recipe, self.recipe.algorithm
         objective = PolicyObjective(self.policy, a, self.kl_ctl.beta, r.rollout.max_new_tokens, loss_scale)
-        sums = run_update(self.policy, batch, objective, epochs=a.ppo_epochs, mini_batches=a.mini_batches,
-                          seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
-        metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
+        if self.critic is not None and self.step_done < a.critic.warmup_steps:
+            metrics = {"train/critic_warmup": 1.0}  # the critic learns alone; the policy is not updated
+        else:
+            sums = run_update(self.policy, batch, objective, epochs=a.ppo_epochs, mini_batches=a.mini_batches,
+                              seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
+            metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
         if self.critic is not None:
             value_sums = run_update(self.critic, batch, ValueObjective(self.critic, a, r.rollout.max_new_tokens),
                                     epochs=a.ppo_epochs, mini_batches=a.mini_batches,
                                     seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
             metrics.update(critic_metrics(value_sums, batch))
-            metrics["train/sqrt_kl_from_init"] = self._sqrt_kl_from_init(batch)
-        if self.ref_model is not None:
+            metrics["train/sqrt_kl_from_init"] = step_metrics.sqrt_kl_from_init(batch)
+        if self.ref_model is not None and "train/kl" in metrics:
             self.kl_ctl.update(metrics["train/kl"])
         return metrics
-
-    def _sqrt_kl_from_init(self, batch: RolloutBatch) -> float:
-        """sqrt of the mean over samples of sum_t KL_t (k3, nats per sample) of the pre-update policy from the
-        reference (the initial policy): the x axis of Gao et al. 2022 (2210.10760). Every rank must call it."""
-        if batch.prompts and batch.ref_logprobs is not None and batch.old_logprobs is not None:
-            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, "k3") * batch.response_mask
-            total, count = float(kl.sum()), float((batch.response_mask.sum(1) > 0).sum())
-        else:
-            total, count = 0.0, 0.0
-        total, count = all_reduce_sum(torch.tensor([total, count], dtype=torch.float64)).tolist()
-        return math.sqrt(max(total / count, 0.0)) if count else float("nan")
 
     # ------------------------------------------------------------------------------------------------ the step
     def step(self) -> dict[str, float]:
