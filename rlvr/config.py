@@ -98,8 +98,8 @@ class RolloutConfig(_Section):
     engine: Literal["hf", "vllm"] = "hf"
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
-    group_size: int = Field(8, ge=2)
-    """G: samples per prompt; the group baseline needs at least 2."""
+    group_size: int = Field(8, ge=1)
+    """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``advantage.type: gae``)."""
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
@@ -595,6 +595,10 @@ class Recipe(_Section):
                 raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
                                  f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
         _validate_algorithm(self.algorithm)
+        if r.group_size < 2 and (self.algorithm.advantage.type != "gae" or self.algorithm.dynamic_sampling.enabled):
+            raise ValueError(f"rollout.group_size={r.group_size}: a group baseline ({self.algorithm.advantage.type}) "
+                             "and dynamic sampling need at least 2 samples per prompt; group_size 1 is for PPO "
+                             "(algorithm.advantage.type: gae) without dynamic sampling")
         if self.reward.source != "verifiers" and self.reward_model is None:
             raise ValueError(f"reward.source={self.reward.source!r} needs a reward_model: section (reward_model.path: "
                              "a folder written by `rlvr rm train`)")

@@ -169,3 +169,23 @@ def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
     assert len(a) == len(b) == 4
     assert a[0]["train/critic_warmup"] == 1.0 and "train/loss" not in a[0] and "train/loss" in a[1]
     assert a == b
+
+
+def test_group_size_one_is_for_ppo_only(tmp_path):
+    from rlvr.reward_model.model import RewardModel
+    from rlvr.trainer.trainer import RLTrainer
+
+    base = tiny_recipe(tmp_path / "m", tmp_path / "d.jsonl", rollout={"group_size": 1})
+    with pytest.raises(RecipeError, match="group_size 1 is for PPO"):
+        resolve(base)
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    RewardModel.from_backbone(str(model_dir), seed=1).save(tmp_path / "rm", build_tokenizer())
+    raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=2)
+    raw["rollout"]["group_size"] = 1
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
+    trainer.train()
+    trainer.engine.destroy()
+    steps = [m for m in read_metrics(tmp_path / "run") if "reward/rm_mean" in m]
+    assert [m["reward/samples"] for m in steps] == [4.0, 4.0]  # 4 prompts x 1 sample
+    assert all(m["critic/value_loss"] > 0 for m in steps)
