@@ -110,8 +110,12 @@ def gathered_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
 
 
 def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Module, tokenizer: Any,
-                    trainer_state: dict[str, Any], keep: int, rank: int) -> Path:
+                    trainer_state: dict[str, Any], keep: int, rank: int,
+                    extra_engines: dict[str, Any] | None = None) -> Path:
     """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints.
+
+    ``extra_engines`` (name -> DeepSpeed engine, e.g. ``{"critic": ...}``) are saved beside the policy's state, in
+    ``<name>/`` (parameters, optimizer, LR schedule); :func:`load_extra_engine` restores one.
 
     Returns:
         the final ``checkpoints/step-N`` path.
@@ -124,6 +128,8 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         tmp.mkdir(parents=True)
     _barrier()
     engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+    for name, extra in (extra_engines or {}).items():
+        extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
     torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
     full_state = gathered_state_dict(engine)  # every rank takes part in the ZeRO-3 gathers
     if rank == 0:
@@ -168,6 +174,21 @@ def _to_universal(ds_dir: Path, rank: int) -> str:
                                f"number of ranks) failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     _barrier()
     return "state_universal"
+
+
+def load_extra_engine(path: Path, name: str, engine: Any) -> None:
+    """Restore an engine saved by :func:`save_checkpoint`'s ``extra_engines`` (same number of ranks only).
+
+    Raises:
+        FileNotFoundError: the checkpoint has no ``name/`` state.
+    """
+    folder = Path(path) / name
+    load_path = None
+    if folder.is_dir():
+        load_path, _ = engine.load_checkpoint(str(folder), tag="state", load_optimizer_states=True,
+                                              load_lr_scheduler_states=True)
+    if load_path is None:
+        raise FileNotFoundError(f"{path} has no saved {name} state ({folder})")
 
 
 def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:

@@ -78,10 +78,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.overwrite and not resume:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
-    trainer = GRPOTrainer(recipe, run_dir, resume=resume, resume_from=args.resume_from,
-                          allow_changed=args.allow_changed)
+    trainer = RLTrainer(recipe, run_dir, resume=resume, resume_from=args.resume_from,
+                        allow_changed=args.allow_changed)
     summary = trainer.train()
     if trainer.dist.is_main:
         _print_summary(summary, run_dir)

@@ -101,8 +101,8 @@ class RolloutConfig(_Section):
     (``rlvr/rollout/choice.py``)."""
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
-    group_size: int = Field(8, ge=2)
-    """G: samples per prompt; the group baseline needs at least 2."""
+    group_size: int = Field(8, ge=1)
+    """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``advantage.type: gae``)."""
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
@@ -131,6 +131,9 @@ class VerifierConfig(_Section):
     kwargs: dict[str, Any] = Field(default_factory=dict)
     timeout_s: float = Field(10.0, gt=0)
     """Hard wall-clock kill per call (seconds); a timed-out call scores ``failure_score``."""
+    optimise: bool = True
+    """``False``: the verifier is a *gold* score, logged as ``reward/gold_<label>`` and left out of the reward the
+    policy optimises (its weight counts as 0), so over-optimisation of a learned reward model shows."""
 
 
 class RewardConfig(_Section):
@@ -141,20 +144,33 @@ class RewardConfig(_Section):
     num_workers: int = Field(2, ge=1)
     solved_verifier: str | None = None
     """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
+    source: Literal["verifiers", "reward_model", "both"] = "verifiers"
+    """What the policy optimises: ``verifiers`` (their weighted total), ``reward_model`` (the ``reward_model:``
+    section's score; every verifier is then logged as gold), or ``both`` (the verifiers' total plus ``rm_weight`` times
+    the reward model's score). See rlvr/trainer/reward_sources.py."""
+    rm_weight: float = Field(1.0, allow_inf_nan=False)
+    """Multiplies the reward model's score in the optimised reward (``source: reward_model`` or ``both``)."""
 
 
 # ------------------------------------------------------------------------------------------------------- algorithm
-STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True}
+STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True, "gae": True}
 """``advantage.std_normalize`` when the recipe leaves it out: each estimator's paper."""
 
 
 class AdvantageConfig(_Section):
-    type: Literal["grpo", "rloo", "reinforce_pp"] = "grpo"
+    type: Literal["grpo", "rloo", "reinforce_pp", "gae"] = "grpo"
+    """``grpo``/``rloo``/``reinforce_pp``: group-relative baselines. ``gae``: PPO with a critic (``algorithm.critic``),
+    per-token rewards (-beta * KL at every token, the sequence score at the last one) and GAE (1506.02438), whitened
+    over the global batch (``std_normalize``)."""
     std_normalize: bool | None = None
     """Divide by a reward std: ``grpo`` the group's (off in Dr. GRPO, 2503.20783, which shows it biases toward easy/hard
     prompts); ``rloo`` the group's (off in the paper); ``reinforce_pp`` the global batch's (on in the paper).
     ``None`` = the estimator's paper (``STD_NORMALIZE_DEFAULT``)."""
     eps: float = Field(1e-6, gt=0)
+    gamma: float = Field(1.0, ge=0, le=1)
+    """GAE discount (``gae`` only; 1.0 for language-model RL)."""
+    lam: float = Field(0.95, ge=0, le=1)
+    """GAE lambda (``gae`` only)."""
 
     @model_validator(mode="after")
     def _fill_std_normalize(self) -> "AdvantageConfig":
@@ -207,8 +223,31 @@ class DynamicSamplingConfig(_Section):
     step is normalised by the tokens it kept."""
 
 
+class CriticConfig(_Section):
+    """The value model of ``advantage.type: gae`` (PPO): a scalar head on a copy of the policy's trunk, trained by the
+    same update loop as the policy with its own optimizer."""
+
+    lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    value_clip: float | None = Field(0.2, gt=0)
+    """PPO value clipping around the rollout-time values (in reward units); ``None`` = plain squared error."""
+    vf_coef: float = Field(1.0, gt=0)
+    """Multiplies the value loss (the critic has its own optimizer, so this is a learning-rate factor)."""
+    truncation_penalty: float = Field(0.0, ge=0)
+    """Subtracted from the score of a completion cut at max_new_tokens without eos."""
+    reward_normalize: bool = False
+    """Normalise sequence scores by their running mean and std over all steps and ranks so far (before the KL
+    penalty is added; the running statistics are checkpointed)."""
+    reward_clip: float | None = Field(None, gt=0)
+    """Clamp normalised scores to [-reward_clip, reward_clip] (with ``reward_normalize``)."""
+    warmup_steps: int = Field(0, ge=0)
+    """First steps that train only the critic (the policy is not updated), so its values are sensible when the
+    policy starts to follow the advantages."""
+
+
 class AlgorithmConfig(_Section):
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
+    """Used by ``advantage.type: gae`` only."""
     policy_loss: Literal["ppo_clip", "cispo"] = "ppo_clip"
     """``ppo_clip``: PPO's clipped surrogate (a clipped token gets no gradient). ``cispo`` (MiniMax-M1, 2506.13585):
     a clipped, stop-gradient importance weight times the log-prob, so no token's gradient is dropped; the weight is
@@ -539,7 +578,8 @@ class Recipe(_Section):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     """Difficulty sampling and staged limits (see rlvr/curriculum/); the default is plain seeded epochs."""
     reward_model: RewardModelConfig | None = None
-    """A learned reward model to score completions (not yet wired into the trainer; see rlvr/reward_model/)."""
+    """A learned reward model to score completions (``rlvr rm train``); used when ``reward.source`` is
+    ``reward_model`` or ``both``."""
 
     @model_validator(mode="after")
     def _validate_cross_fields(self) -> "Recipe":
@@ -558,6 +598,16 @@ class Recipe(_Section):
                 raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
                                  f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
         _validate_algorithm(self.algorithm)
+        if r.group_size < 2 and (self.algorithm.advantage.type != "gae" or self.algorithm.dynamic_sampling.enabled):
+            raise ValueError(f"rollout.group_size={r.group_size}: a group baseline ({self.algorithm.advantage.type}) "
+                             "and dynamic sampling need at least 2 samples per prompt; group_size 1 is for PPO "
+                             "(algorithm.advantage.type: gae) without dynamic sampling")
+        if self.reward.source != "verifiers" and self.reward_model is None:
+            raise ValueError(f"reward.source={self.reward.source!r} needs a reward_model: section (reward_model.path: "
+                             "a folder written by `rlvr rm train`)")
+        if self.reward.source == "verifiers" and not any(v.optimise for v in self.verifiers):
+            raise ValueError("every verifier has optimise: false and reward.source='verifiers': nothing is optimised; "
+                             "set optimise: true on one, or reward.source: reward_model")
         names = [v.name for v in self.verifiers]
         if self.reward.solved_verifier is not None and self.reward.solved_verifier not in names:
             raise ValueError(f"reward.solved_verifier={self.reward.solved_verifier!r} is not among the verifiers "
@@ -571,6 +621,9 @@ class Recipe(_Section):
 
 def _validate_algorithm(a: AlgorithmConfig) -> None:
     """Combinations that would silently do something else than they say."""
+    if a.advantage.type == "gae" and a.kl.beta > 0 and a.kl.placement != "reward":
+        raise ValueError("algorithm.advantage.type='gae' (PPO) puts the KL penalty in the per-token reward: set "
+                         "algorithm.kl.placement='reward' (estimator 'k1' is the InstructGPT choice)")
     if a.kl.beta > 0 and a.kl.placement == "loss" and a.kl.estimator == "k1":
         raise ValueError("algorithm.kl.estimator='k1' with placement='loss' has zero expected gradient (E[grad log pi] "
                          "= 0): use estimator 'k3' (GRPO's, unbiased and >= 0) or 'k2' (its gradient is the reverse-KL "

@@ -69,8 +69,9 @@ def check_verifier_kwargs(label: str, fn: Callable[..., Any], kwargs: dict[str, 
 
 def verifier_specs(recipe: Recipe) -> list[VerifierSpec]:
     """The recipe's verifiers plus the ones its algorithm adds (DAPO soft overlong punishment)."""
-    specs = [VerifierSpec(name=v.name, weight=v.weight, kwargs=dict(v.kwargs), timeout_s=v.timeout_s)
-             for v in recipe.verifiers]
+    # a gold verifier (optimise: false) is scored and logged but adds nothing to the total
+    specs = [VerifierSpec(name=v.name, weight=v.weight if v.optimise else 0.0, kwargs=dict(v.kwargs),
+                          timeout_s=v.timeout_s) for v in recipe.verifiers]
     ov = recipe.algorithm.overlong
     if ov.enabled:
         specs.append(VerifierSpec(name="overlong", weight=1.0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -20,14 +20,15 @@ class RolloutBatch:
     (right-padded). Rewards and advantages are filled by the verify and advantage stages.
     """
 
-    prompts: list[Prompt]
+    prompts: list[Prompt] = field(metadata={"per": "group"})
     completions: list[Completion]
-    group_size: int
+    group_size: int = field(metadata={"per": "batch"})
     texts: list[str] = field(default_factory=list)
     reward_results: list[Any] = field(default_factory=list)
     rewards: Tensor | None = None            # (N,) total reward
     solved: Tensor | None = None             # (N,) bool: the solved-verifier scored 1
     valid: Tensor | None = None              # (N,) bool: False when a verifier failed and failure_score is None
+    rm_scores: Tensor | None = None          # (N,) the reward model's score (reward.source reward_model / both)
     input_ids: Tensor | None = None          # (N, P + T)
     attention_mask: Tensor | None = None     # (N, P + T)
     response_mask: Tensor | None = None      # (N, T) 1 on response tokens that enter the loss
@@ -35,6 +36,8 @@ class RolloutBatch:
     old_logprobs: Tensor | None = None       # (N, T) trainer's log-probs before the update (if computed)
     ref_logprobs: Tensor | None = None       # (N, T) reference policy (if beta > 0)
     advantages: Tensor | None = None         # (N, T)
+    values: Tensor | None = None             # (N, T) critic values at rollout time (PPO)
+    returns: Tensor | None = None            # (N, T) GAE returns, the critic's targets (PPO)
 
     @property
     def num_samples(self) -> int:
@@ -42,6 +45,63 @@ class RolloutBatch:
 
     def prompt_of(self, i: int) -> Prompt:
         return self.prompts[i // self.group_size]
+
+    def select_groups(self, groups: list[int]) -> RolloutBatch:
+        """The batch restricted to the groups ``groups`` (indices into ``prompts``, kept in that order).
+
+        Every dataclass field is carried over (a field added later cannot be silently dropped): per-group fields are
+        indexed by group, per-sample ones (lists or tensors with N rows) by the groups' rows, unfilled ones (``None``
+        or an empty list) stay unfilled.
+
+        Raises:
+            ValueError: a group index out of range, or a filled field whose length is neither N nor B.
+        """
+        b, g = len(self.prompts), self.group_size
+        if any(not 0 <= i < b for i in groups):
+            raise ValueError(f"group indices {groups} out of range for a batch of {b} groups")
+        rows = [i * g + j for i in groups for j in range(g)]
+        values: dict[str, Any] = {}
+        for f in fields(self):
+            value, per = getattr(self, f.name), f.metadata.get("per", "sample")
+            if per == "batch":
+                values[f.name] = value
+            elif value is None or (isinstance(value, list) and not value):
+                values[f.name] = None if value is None else []
+            else:
+                picks, expected = (groups, b) if per == "group" else (rows, self.num_samples)
+                if len(value) != expected:
+                    raise ValueError(f"RolloutBatch.{f.name} has {len(value)} entries, expected {expected} "
+                                     f"(one per {per})")
+                values[f.name] = (value[torch.as_tensor(picks, dtype=torch.long)] if isinstance(value, Tensor)
+                                  else [value[i] for i in picks])
+        return RolloutBatch(**values)
+
+    @staticmethod
+    def concat(parts: list[RolloutBatch]) -> RolloutBatch:
+        """The batches ``parts`` one after the other (groups in order); every dataclass field is concatenated.
+
+        Raises:
+            ValueError: no parts, different group sizes, or a field filled in some parts and not in others.
+        """
+        if not parts:
+            raise ValueError("RolloutBatch.concat needs at least one batch")
+        sizes = {p.group_size for p in parts}
+        if len(sizes) != 1:
+            raise ValueError(f"RolloutBatch.concat: parts have different group sizes {sorted(sizes)}")
+        values: dict[str, Any] = {}
+        for f in fields(RolloutBatch):
+            items = [getattr(p, f.name) for p in parts]
+            if f.metadata.get("per") == "batch":
+                values[f.name] = items[0]
+            elif all(x is None for x in items):
+                values[f.name] = None
+            elif any(x is None for x in items):
+                raise ValueError(f"RolloutBatch.concat: field {f.name} is filled in some parts and None in others")
+            elif isinstance(items[0], Tensor):
+                values[f.name] = torch.cat(items)
+            else:
+                values[f.name] = [x for item in items for x in item]
+        return RolloutBatch(**values)
 
 
 def tensorize(batch: RolloutBatch, pad_id: int, mask_truncated: bool) -> None:

@@ -1,0 +1,170 @@
+"""Algorithms: what a training step needs (reference, critic, old log-probs) and how a scored batch becomes per-token
+advantages.
+
+Two kinds share one interface, :class:`Algorithm`: ``advantages(batch) -> Advantages`` with per-token advantages
+(N, T) and, for a critic, per-token returns (N, T). A per-sample ``(B, G)`` signature cannot express GAE, whose
+advantage differs from token to token.
+
+- :class:`GroupRelative` (``grpo``, ``rloo``, ``reinforce_pp``): an outcome reward per sample, a baseline from the
+  other samples of its group (:mod:`rlvr.advantages`), broadcast over the response tokens; no critic, no returns.
+- :class:`GAE` with a critic (the PPO path) is the second kind: per-token rewards and values in,
+  ``Advantages(advantages, returns)`` out.
+
+The pure tensor math lives in :mod:`rlvr.advantages`; this module only wires a recipe's choice to it.
+Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from rlvr.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
+from rlvr.config import AlgorithmConfig
+from rlvr.kl import kl_per_token
+from rlvr.trainer.batch import RolloutBatch
+
+AllReduceSum = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The models and forwards an algorithm needs before its update.
+
+    Attributes:
+        reference: a frozen reference policy (KL to it, in the loss or in the reward).
+        critic: a value model (GAE).
+        old_logprobs: the policy's own pre-update log-probs (several optimizer steps per batch, truncated importance
+            sampling, KL in the reward), one extra forward pass per step.
+    """
+
+    reference: bool
+    critic: bool
+    old_logprobs: bool
+
+
+@dataclass
+class Advantages:
+    """Per-token training signal of a batch: ``advantages`` (N, T) fp32, zero on padding; ``returns`` (N, T), the
+    critic's regression targets (``None`` without a critic)."""
+
+    advantages: Tensor
+    returns: Tensor | None = None
+
+
+class Algorithm(Protocol):
+    """Turns a scored, tensorized batch into advantages. ``advantages`` must be called on every rank, with or without
+    samples (normalisation over the global batch is a collective)."""
+
+    needs: Needs
+
+    def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages: ...
+
+
+class GroupRelative:
+    """Group-relative outcome advantages (:mod:`rlvr.advantages`: ``grpo``, ``rloo``, ``reinforce_pp``).
+
+    The estimator runs per group over valid samples and is broadcast to tokens; with KL in the reward,
+    ``-beta * KL_t`` (the recipe's estimator, on the pre-update log-probs) is summed into each token's return;
+    batch-normalised estimators (``reinforce_pp``) are then whitened over all ranks' tokens.
+
+    Args:
+        config: the recipe's ``algorithm`` section.
+        reference: whether a reference model is loaded; ``None`` = the recipe's need (``kl.beta > 0``).
+    """
+
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
+        self.config = config
+        a = config
+        reference = a.kl.beta > 0 if reference is None else reference
+        self.needs = Needs(reference=reference, critic=False, old_logprobs=(
+            a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None
+            or (reference and a.kl.placement == "reward")))
+        self.estimator = get_estimator(a.advantage.type)
+        self.batch_norm = NORMALISATION[a.advantage.type] == "batch"
+
+    def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
+        """Advantages (N, T) of a prepared batch (``rewards``, ``valid``, ``response_mask``; with KL in the reward
+        also ``old_logprobs`` and ``ref_logprobs``). A rank without samples gets an empty (0, 1) tensor, after joining
+        the whitening collective."""
+        a = self.config
+        if not batch.prompts:
+            if self.batch_norm:
+                whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
+            return Advantages(advantages=torch.zeros(0, 1))
+        g = batch.group_size
+        rewards = batch.rewards.view(-1, g)  # (B, G)
+        valid = batch.valid.view(-1, g) if batch.valid is not None else None
+        adv = self.estimator(rewards, valid=valid, std_normalize=a.advantage.std_normalize,
+                             eps=a.advantage.eps).reshape(-1)  # (N,)
+        token_adv = broadcast_to_tokens(adv, batch.response_mask)  # (N, T)
+        if self.needs.reference and a.kl.placement == "reward":
+            kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator)
+            token_adv = subtract_kl_from_returns(token_adv, kl, batch.response_mask, kl_beta)
+        if self.batch_norm:
+            token_adv = whiten(token_adv, batch.response_mask, std_normalize=a.advantage.std_normalize,
+                               eps=a.advantage.eps, all_reduce_sum=all_reduce_sum)
+        return Advantages(advantages=token_adv)
+
+
+class GAE:
+    """PPO's advantages from a critic (InstructGPT 2203.02155 / Ziegler 1909.08593): per-token rewards
+    ``-beta * KL_t`` at every response token plus the sequence score (the reward source's total, minus
+    ``critic.truncation_penalty`` for a completion cut without eos) at its last real token
+    (:func:`rlvr.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam`` (:func:`rlvr.gae.gae_advantages`)
+    against the rollout-time values, and the advantages whitened over all ranks' tokens.
+
+    Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
+    reference: the initial policy, for the KL penalty and the ``train/sqrt_kl_from_init`` metric even at beta 0.
+
+    Args:
+        config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
+        normalizer: :class:`rlvr.reward_shaping.RunningRewardNormalizer` (``critic.reward_normalize``), updated with
+            each batch's valid scores (all ranks) and applied to them before the KL penalty; ``None`` = raw scores.
+    """
+
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> None:
+        self.config = config
+        self.normalizer = normalizer
+        self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
+
+    def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
+        """Advantages and returns (N, T) of a prepared batch with ``values`` (N, T) from the critic."""
+        from rlvr.gae import gae_advantages
+        from rlvr.reward_shaping import per_token_rewards
+
+        a = self.config
+        if not batch.prompts:
+            if self.normalizer is not None:
+                self.normalizer.update(torch.zeros(0))  # join the collective
+            whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
+            return Advantages(advantages=torch.zeros(0, 1), returns=torch.zeros(0, 1))
+        scores = batch.rewards
+        if self.normalizer is not None:
+            self.normalizer.update(scores[batch.valid] if batch.valid is not None else scores)
+            scores = self.normalizer.normalize(scores)
+        mask = batch.response_mask
+        # the score sits at each completion's last token (even where the mask drops the sample: it is then masked)
+        lengths = torch.tensor([max(len(c.token_ids), 1) for c in batch.completions])
+        token_mask = (torch.arange(mask.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (N, T)
+        kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator) \
+            if self.needs.reference and batch.ref_logprobs is not None else None
+        truncated = torch.tensor([c.finish_reason == "length" for c in batch.completions])
+        rewards = per_token_rewards(scores, token_mask, kl=kl, beta=kl_beta if kl is not None else 0.0,
+                                    truncated=truncated, truncation_penalty=a.critic.truncation_penalty) * mask
+        adv, returns = gae_advantages(rewards, batch.values, mask, gamma=a.advantage.gamma, lam=a.advantage.lam)
+        adv = whiten(adv, mask, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps,
+                     all_reduce_sum=all_reduce_sum)
+        return Advantages(advantages=adv, returns=returns)
+
+
+def build_algorithm(config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> Algorithm:
+    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae`` (with the
+    running score ``normalizer``, if any), else the group-relative kind; ``reference``: whether a reference model is
+    loaded (``None``: the recipe's need)."""
+    if config.advantage.type == "gae":
+        return GAE(config, reference, normalizer)
+    return GroupRelative(config, reference)

@@ -1,0 +1,415 @@
+"""The RL trainer, the driver of one loop: rollout -> reward -> advantages -> update -> sync -> log -> checkpoint.
+
+Usage::
+
+    from rlvr.config import load_recipe
+    from rlvr.trainer.trainer import RLTrainer
+
+    trainer = RLTrainer(load_recipe("recipes/demo.yaml"), run_dir=Path("runs/demo"))
+    summary = trainer.train()          # evals before/after, checkpoints, metrics.jsonl, plots
+
+The driver only sequences stages; each has its own module:
+
+- models: :mod:`rlvr.trainer.workers` (policy, reference: one :class:`ModelWorker` each; DeepSpeed set-up in
+  :mod:`rlvr.trainer.deepspeed_setup`);
+- rewards: :mod:`rlvr.trainer.reward_sources` (verifiers behind one ``score`` interface);
+- rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`;
+- the algorithm (what it needs, advantages (N, T)): :mod:`rlvr.trainer.algorithms`;
+- the update loop (epochs x mini-batches x micro-batches) and the policy loss: :mod:`rlvr.trainer.update_loop`,
+  :mod:`rlvr.trainer.policy_objective`;
+- metrics and sample dumps: :mod:`rlvr.trainer.step_metrics`; evals, the run loop and the summary:
+  :mod:`rlvr.trainer.run_loop`.
+
+The same code runs on one CPU process (gloo) and under ``torchrun``/``deepspeed`` on GPUs: each rank rolls out its
+share of the step's prompts (whole groups, so group baselines need no communication) and DeepSpeed reduces gradients.
+Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T response tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from rlvr import checkpoint as ckpt
+from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
+from rlvr.curriculum import Curriculum
+from rlvr.kl import AdaptiveKLController
+from rlvr.metrics import MetricsLogger
+from rlvr.models import eos_token_ids, load_causal_lm
+from rlvr.precision import announce_precision, choose_precision
+from rlvr.recipe_inputs import open_recipe_inputs
+from rlvr.reward_shaping import RunningRewardNormalizer
+from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.choice import with_chosen_engine
+from rlvr.trainer import step_metrics
+from rlvr.trainer.algorithms import Algorithm, build_algorithm
+from rlvr.trainer.batch import RolloutBatch, tensorize
+from rlvr.trainer.critic import ValueObjective, build_critic, critic_metrics
+from rlvr.trainer.deepspeed_setup import build_engine
+from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
+from rlvr.trainer.dynamic_sampling import collect
+from rlvr.trainer.policy_objective import PolicyObjective
+from rlvr.trainer.progress import phase
+from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
+from rlvr.trainer.run_loop import RunLoop
+from rlvr.trainer.stages import StageTimer
+from rlvr.trainer.update_loop import run_update
+from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
+from rlvr.verifier_inputs import sample_dict
+
+
+class RLTrainer(RunLoop):
+    """Policy optimisation on DeepSpeed with the recipe's algorithm (group-relative advantage estimator), loss
+    aggregation, clipping, KL and entropy terms, against the recipe's reward source (verifiers).
+
+    Args:
+        recipe: a validated :class:`rlvr.config.Recipe`.
+        run_dir: where metrics, samples, plots, checkpoints and the resolved recipe go.
+        resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine).
+        rollout_engine: inject an engine (tests); default: built from ``rollout.engine``.
+        resume_from: continue from this checkpoint of ``run_dir`` instead (``checkpoints/step-N``; implies
+            ``resume``): metrics, TensorBoard events and checkpoints of later steps are dropped.
+        allow_changed: recipe keys (or sections) that may differ from the run's ``recipe.resolved.yaml`` on resume.
+    Raises:
+        rlvr.config.RecipeError (resume with a changed recipe), rlvr.data.sources.DataError,
+        rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
+        before the model is loaded.
+    """
+
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, rollout_engine: Any = None,
+                 resume_from: str | Path | None = None, allow_changed: tuple[str, ...] | list[str] = ()) -> None:
+        self.recipe = recipe
+        self.run_dir = Path(run_dir)
+        # the first DeepSpeed import on a machine builds its CPU communication op (~45 s, then cached)
+        with phase("distributed set-up (DeepSpeed)", int(os.environ.get("RANK", "0")) == 0, quiet_below_s=5.0):
+            self.dist: DistInfo = init_distributed()
+        r = recipe
+        self._seed_everything(r.seed + self.dist.rank)
+        if r.rollout.prompts_per_step % self.dist.world_size:
+            raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
+                             f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
+        self._resume_path: Path | None = None
+        if resume_from is not None:
+            self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
+        elif resume:
+            self._resume_path = ckpt.latest_checkpoint(self.run_dir)
+            if self._resume_path is None:
+                raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
+        saved = self.run_dir / "recipe.resolved.yaml"
+        if self._resume_path is not None and saved.is_file():
+            check_resumed_recipe(saved.read_text(), r, allow_changed)
+
+        # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
+        needs = build_algorithm(r.algorithm).needs
+        inputs = open_recipe_inputs(r)
+        self.specs, self.reward_fn = inputs.specs, inputs.reward_fn
+        self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
+        if rollout_engine is None:  # rollout.engine=auto: vLLM where it serves this model, else hf (printed once)
+            r = self.recipe = with_chosen_engine(r, model_path, announce=self.dist.is_main)
+        if (r.rollout.engine == "hf" and r.trainer.zero_stage == 3 and self.dist.world_size > 1
+                and rollout_engine is None):
+            # HF generate runs one forward per new token, and each rank stops when its own samples end: under ZeRO-3
+            # every forward is a collective parameter gather, so the ranks would wait on each other forever
+            self.reward_fn.close()
+            raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
+                             "parameters in every generation step, and ranks stop generating at different steps): use "
+                             "rollout.engine=vllm, or trainer.zero_stage <= 2")
+        self.labels = list(self._labels())
+        self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
+        self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
+                                     max_new_tokens=r.rollout.max_new_tokens)
+        self.sampler = self.curriculum.sampler
+        with phase(f"loading the policy from {model_path} onto {self.dist.device}", self.dist.is_main):
+            self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
+        self.eos_ids = eos_token_ids(self.model, self.tokenizer)
+        self.precision = choose_precision(r.trainer.precision, self.dist.device)
+        if self.dist.is_main:
+            announce_precision(self.precision)
+        self.autocast_dtype = self.precision.autocast_dtype
+        self.reward_model = self._load_reward_model() if r.reward.source != "verifiers" else None
+        self.ref_model = None
+        if needs.reference:
+            with phase("loading the reference model", self.dist.is_main):
+                self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
+            self.ref_model.requires_grad_(False)
+        with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))",
+                   self.dist.is_main):
+            a = r.algorithm
+            self.engine = build_engine(self.model, r.optim, r.trainer, r.trainer.steps * a.ppo_epochs * a.mini_batches)
+        self.policy = self._worker(self.model, self.engine)
+        self.reference = self._worker(self.ref_model, None) if self.ref_model is not None else None
+        self.critic = build_critic(r, model_path, self.dist, int(self.tokenizer.pad_token_id),
+                                   self.autocast_dtype) if needs.critic else None
+        with phase(f"rollout engine ({r.rollout.engine})",
+                   self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
+            self.rollout_engine = rollout_engine or self._build_rollout_engine()
+        self.failure_reasons: dict[str, str | None] = {}
+        c = r.algorithm.critic
+        self.reward_normalizer = RunningRewardNormalizer(clip=c.reward_clip) \
+            if needs.critic and c.reward_normalize else None
+        self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
+        self.step_done = 0
+        self.tokens_generated = 0
+        self.eval_before: dict[str, Any] | None = None
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        if self.dist.is_main:
+            (self.run_dir / "recipe.resolved.yaml").write_text(dump_recipe(r))
+        if self._resume_path is not None:
+            self._resume(self._resume_path)
+
+    # ------------------------------------------------------------------------------------------------ set-up
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _labels(self) -> Any:
+        seen: dict[str, int] = {}
+        for spec in self.specs:
+            seen[spec.name] = seen.get(spec.name, 0) + 1
+            yield spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
+
+    def _worker(self, model: torch.nn.Module, engine: Any) -> ModelWorker:
+        r = self.recipe
+        return ModelWorker(model, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
+                           plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens,
+                                               r.trainer.zero_stage),
+                           temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
+                           gradient_checkpointing=r.model.gradient_checkpointing)
+
+    def _release(self) -> None:
+        if self.critic is not None:
+            self.critic.engine.destroy()
+
+    def _build_rollout_engine(self) -> Any:
+        r = self.recipe
+        if r.rollout.engine == "hf":
+            from rlvr.rollout.hf import HFRolloutEngine
+            return HFRolloutEngine(self.model, self.tokenizer, self.eos_ids, batch_size=r.rollout.generation_batch_size,
+                                   autocast_dtype=self.autocast_dtype)
+        from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
+        return VLLMRolloutEngine.from_recipe(r, self.model, self.tokenizer, self.eos_ids)
+
+    # the algorithm and the reward source are views of ``self.recipe`` (cheap to build), read when used, so that a
+    # recipe swapped in (tests/test_reference_step.py runs every case on one trainer) takes effect everywhere
+    @property
+    def algorithm(self) -> Algorithm:
+        """The recipe's algorithm, with the reference model this trainer loaded (:mod:`rlvr.trainer.algorithms`)."""
+        return build_algorithm(self.recipe.algorithm, reference=self.ref_model is not None,
+                               normalizer=self.reward_normalizer)
+
+    @property
+    def rewards(self) -> RewardSource:
+        """The recipe's reward source (``reward.source``: verifiers, reward model, or both; see
+        :mod:`rlvr.trainer.reward_sources`)."""
+        r = self.recipe
+        # recipe verifiers come first in the labels (the algorithm's own, e.g. overlong, after them)
+        gold = [lbl for lbl, v in zip(self.labels, r.verifiers) if not v.optimise or r.reward.source == "reward_model"]
+        verifiers = VerifierRewards(self.reward_fn, self.labels, self.solved_label,
+                                    drop_failed=r.reward.failure_score is None, gold_labels=gold)
+        if self.reward_model is None:
+            return verifiers
+        return RewardModelRewards(self.reward_model, verifiers, pad_id=int(self.tokenizer.pad_token_id),
+                                  micro_batch_size=r.reward_model.micro_batch_size,
+                                  autocast_dtype=self.autocast_dtype, add_verifiers=r.reward.source == "both",
+                                  rm_weight=r.reward.rm_weight)
+
+    def _load_reward_model(self) -> Any:
+        """The ``reward_model:`` section's model or ensemble, frozen, on this rank's device."""
+        from rlvr.reward_model.ensemble import RewardModelEnsemble
+
+        cfg = self.recipe.reward_model
+        paths = cfg.paths or [cfg.path]
+        with phase(f"loading the reward model ({', '.join(paths)})", self.dist.is_main):
+            ensemble = RewardModelEnsemble.load(paths, cfg.aggregate, cfg.k)
+        for member in ensemble.members:
+            member.to(self.dist.device).eval().requires_grad_(False)
+        return ensemble
+
+    @property
+    def _idle_pass(self) -> Callable[[bool], None]:
+        """The policy worker's idle pass (kept on the trainer so a test can count a rank's idle passes)."""
+        return self.policy.idle_pass
+
+    @_idle_pass.setter
+    def _idle_pass(self, fn: Callable[[bool], None]) -> None:
+        self.policy.idle_pass = fn  # type: ignore[method-assign]
+
+    def _needs_old_logprobs(self) -> bool:
+        return self.algorithm.needs.old_logprobs
+
+    # ------------------------------------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
+                "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
+                "eval_before": self.eval_before,
+                "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer else None}
+
+    def _resume(self, path: Path) -> None:
+        state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
+        if self.critic is not None:
+            ckpt.load_extra_engine(path, "critic", self.critic.engine)
+        self.step_done = int(state["step"])
+        self.curriculum.load_state_dict(state["curriculum"])
+        self.kl_ctl.load_state_dict(state["kl_ctl"])
+        if self.reward_normalizer is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        self.tokens_generated = int(state.get("tokens_generated", 0))
+        self.eval_before = state.get("eval_before")
+        self.rollout_engine.sync_weights(self.model)
+        self.logger.truncate_after(self.step_done)
+        dropped = ckpt.discard_checkpoints_after(self.run_dir, self.step_done, self.dist.rank)
+        if self.dist.is_main:
+            later = f" (deleted the later checkpoints {', '.join(p.name for p in dropped)})" if dropped else ""
+            print(f"resumed from {path} at step {self.step_done}{later}")
+
+    def save(self) -> Path:
+        """Checkpoint the current step (atomic), and refresh the plots."""
+        path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
+                                    self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
+                                    extra_engines={"critic": self.critic.engine} if self.critic is not None else None)
+        self._plot()
+        return path
+
+    # ------------------------------------------------------------------------------------------------ stages
+    def _sampling(self) -> SamplingParams:
+        ro = self.recipe.rollout
+        return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
+                              max_new_tokens=self.curriculum.max_new_tokens(self.step_done))
+
+    def rollout(self, num_prompts: int) -> RolloutBatch:
+        """Draw ``num_prompts`` training prompts (this rank's share) and sample G completions for each."""
+        g = self.recipe.rollout.group_size
+        indices = self.curriculum.sample(num_prompts, self.step_done)[self.dist.rank::self.dist.world_size]
+        prompts = [self.prompt_set.train[i] for i in indices]
+        # a dynamic-sampling refill smaller than the number of ranks leaves some ranks without prompts
+        groups = self.rollout_engine.generate([p.token_ids for p in prompts], g, self._sampling()) if prompts else []
+        completions = [c for group in groups for c in group]
+        # batch_decode([]) returns [''] (one empty text), not []
+        texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True) \
+            if completions else []
+        return RolloutBatch(prompts=prompts, completions=completions, group_size=g, texts=texts)
+
+    def verify(self, batch: RolloutBatch) -> None:
+        """Score every completion with the reward source (verifiers in the worker pool; failures cost one sample)."""
+        max_new = self.curriculum.max_new_tokens(self.step_done)  # the stage's limit (overlong shaping uses it)
+        samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
+        scores = self.rewards.score(batch, samples)
+        batch.reward_results, batch.rewards, batch.solved, batch.valid = (scores.results, scores.rewards,
+                                                                         scores.solved, scores.valid)
+        batch.rm_scores = scores.rm_scores
+
+    def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
+        """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`)."""
+        timer = StageTimer()
+        batch, info, generated = collect(
+            self.rollout, self.verify, self.recipe.rollout.prompts_per_step, self.recipe.algorithm.dynamic_sampling,
+            self.curriculum.observe, lambda more: self._budget_spent(self.tokens_generated + more), timer)
+        self.tokens_generated += generated
+        return batch, info, timer
+
+    def prepare(self, batch: RolloutBatch, timer: StageTimer) -> None:
+        """Pad the batch into tensors, then the forwards the loss needs before any update: the policy's own
+        log-probs (``old_logprobs`` stage: several optimizer steps per batch, TIS, KL in the reward) and the
+        reference policy's (``ref_logprobs`` stage)."""
+        needs = self.algorithm.needs
+        if not batch.prompts:  # dynamic sampling dropped every group (or this rank got none): nothing to tensorize
+            batch.response_mask = batch.advantages = torch.zeros(0, 1)
+            if needs.old_logprobs:
+                self.policy.join_logprobs()  # join the other ranks' ZeRO-3 parameter gathers
+            if self.critic is not None:
+                self.critic.join_logprobs()
+                batch.values = batch.returns = torch.zeros(0, 1)
+            return
+        tensorize(batch, int(self.tokenizer.pad_token_id), self.recipe.algorithm.mask_truncated)
+        if needs.old_logprobs:
+            with timer("old_logprobs"):
+                batch.old_logprobs = self.policy.logprobs(batch)
+        if self.reference is not None:
+            with timer("ref_logprobs"):
+                batch.ref_logprobs = self.reference.logprobs(batch)
+        if self.critic is not None:
+            with timer("values"):
+                batch.values = self.critic.values(batch)
+
+    def compute_advantages(self, batch: RolloutBatch) -> None:
+        """Advantages (N, T) of the prepared batch, by the recipe's algorithm (:mod:`rlvr.trainer.algorithms`).
+        Every rank must call this (normalisation over the global batch is a collective)."""
+        out = self.algorithm.advantages(batch, self.kl_ctl.beta, all_reduce_sum)
+        if batch.prompts:
+            batch.advantages = out.advantages
+            if out.returns is not None:
+                batch.returns = out.returns
+
+    def update(self, batch: RolloutBatch, loss_scale: float = 1.0) -> dict[str, float]:
+        """The policy update (:func:`rlvr.trainer.update_loop.run_update` with the policy loss); ``loss_scale``
+        multiplies the loss (dynamic sampling's unfilled steps, see ``DynamicSamplingConfig.scale_unfilled``).
+        Moves the adaptive KL coefficient after the update."""
+        r, a = self.recipe, self.recipe.algorithm
+        objective = PolicyObjective(self.policy, a, self.kl_ctl.beta, r.rollout.max_new_tokens, loss_scale)
+        if self.critic is not None and self.step_done < a.critic.warmup_steps:
+            metrics = {"train/critic_warmup": 1.0}  # the critic learns alone; the policy is not updated
+        else:
+            sums = run_update(self.policy, batch, objective, epochs=a.ppo_epochs, mini_batches=a.mini_batches,
+                              seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
+            metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
+        if self.critic is not None:
+            value_sums = run_update(self.critic, batch, ValueObjective(self.critic, a, r.rollout.max_new_tokens),
+                                    epochs=a.ppo_epochs, mini_batches=a.mini_batches,
+                                    seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
+            metrics.update(critic_metrics(value_sums, batch))
+            metrics["train/sqrt_kl_from_init"] = step_metrics.sqrt_kl_from_init(batch)
+        if self.ref_model is not None and "train/kl" in metrics:
+            self.kl_ctl.update(metrics["train/kl"])
+        return metrics
+
+    # ------------------------------------------------------------------------------------------------ the step
+    def step(self) -> dict[str, float]:
+        """One training step: rollout -> reward -> advantages -> update -> sync; returns its metrics."""
+        batch, info, timer = self.collect()
+        self.prepare(batch, timer)
+        with timer("advantages"):
+            self.compute_advantages(batch)
+        with timer("update"):
+            # skipped on the global count (a rank without groups still joins the collective update)
+            ds = self.recipe.algorithm.dynamic_sampling
+            scale = info["rollout/batch_filled"] if ds.enabled and ds.scale_unfilled else 1.0
+            train_metrics = self.update(batch, loss_scale=scale) if info["rollout/groups_kept"] \
+                else {"train/skipped_empty_batch": 1.0}
+        if self.step_done == 0:
+            self._report_rollout_logprob_check(train_metrics)
+        with timer("sync"):
+            self.rollout_engine.sync_weights(self.model)
+        curriculum = self.curriculum.end_step(self.step_done)
+        self.step_done += 1
+        for tag, values in curriculum.histograms.items():
+            self.logger.histogram(tag, values, self.step_done)
+        self._write_samples(self.step_done, batch)
+        metrics = {**info, **self._rollout_metrics(batch, timer), **curriculum.metrics, **train_metrics}
+        metrics.update({f"time/{k}_s": v for k, v in timer.seconds.items()})
+        return metrics
+
+    def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
+        """``reward/*`` and ``rollout/*`` metrics of the step (:func:`rlvr.trainer.step_metrics.rollout_metrics`)."""
+        self.failure_reasons = step_metrics.failure_reasons(batch, self.labels)
+        metrics = step_metrics.rollout_metrics(batch, self.labels, timer.seconds.get("rollout", 0.0),
+                                               self.tokens_generated)
+        gold = self.rewards.gold_labels
+        if self.reward_model is not None or gold:
+            metrics.update(step_metrics.reward_model_metrics(batch, gold, metrics) if self.reward_model is not None
+                           else {f"reward/gold_{lbl}": metrics[f"reward/{lbl}"] for lbl in gold})
+        return metrics
+
+    def _write_samples(self, step: int, batch: RolloutBatch) -> None:
+        """``samples/step-N.jsonl``: one line per sample of rank 0, every ``trainer.log_samples_every`` steps."""
+        every = self.recipe.trainer.log_samples_every
+        if self.dist.is_main and every and step % every == 0:
+            step_metrics.write_samples(self.run_dir / "samples" / f"step-{step}.jsonl", batch,
+                                       self.recipe.data.answer_field)
