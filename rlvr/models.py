@@ -53,6 +53,16 @@ def load_tokenizer(path: str, cfg: ModelConfig) -> PreTrainedTokenizerBase:
     return tok
 
 
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Set every dropout probability of ``model`` (its config's ``*dropout*`` floats and each ``nn.Dropout``) to 0."""
+    for key, value in list(vars(model.config).items()):
+        if "dropout" in key and isinstance(value, float):
+            setattr(model.config, key, 0.0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
 def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """The model in ``dtype`` (fp32 master weights for the policy), dropout disabled.
 
@@ -64,12 +74,7 @@ def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float
         kwargs["attn_implementation"] = cfg.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, revision=cfg.revision,
                                                  trust_remote_code=cfg.trust_remote_code, **kwargs)
-    for key, value in list(vars(model.config).items()):
-        if "dropout" in key and isinstance(value, float):
-            setattr(model.config, key, 0.0)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    disable_dropout(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

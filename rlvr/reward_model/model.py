@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from rlvr.logprobs import position_ids_from_mask
+from rlvr.models import disable_dropout
 
 MARKER = "rlvr_reward_model.json"
 """File written next to the weights; its presence marks a folder as an rlvr reward model."""
@@ -97,7 +98,7 @@ class RewardModel(torch.nn.Module):
 
         hf = AutoModelForSequenceClassification.from_pretrained(
             path, num_labels=1, dtype=torch.float32, revision=revision, trust_remote_code=trust_remote_code)
-        _disable_dropout(hf)
+        disable_dropout(hf)
         head = _head(hf)
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -118,7 +119,7 @@ class RewardModel(torch.nn.Module):
 
         folder = resolve_reward_model_dir(path)
         hf = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
-        _disable_dropout(hf)
+        disable_dropout(hf)
         return cls(hf)
 
     def save(self, folder: str | Path, tokenizer: Any, extra: dict[str, Any] | None = None) -> Path:
@@ -174,12 +175,3 @@ def resolve_reward_model_dir(path: str | Path) -> Path:
             return folder
     raise FileNotFoundError(f"no reward model at {path}: expected {MARKER} in it or in {path / 'model'} (written by "
                             f"`rlvr rm train`)")
-
-
-def _disable_dropout(model: torch.nn.Module) -> None:
-    for key, value in list(vars(model.config).items()):
-        if "dropout" in key and isinstance(value, float):
-            setattr(model.config, key, 0.0)
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
