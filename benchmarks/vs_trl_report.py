@@ -71,8 +71,11 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
     cpu = machine["cpu"]
     lines = ["# rlvr vs TRL `GRPOTrainer`: step time, memory and the machine's floor", "",
              f"Written by `python benchmarks/bench_vs_trl.py {' '.join(argv)}`".rstrip() + " on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: every number below comes from that one "
-             "invocation. Raw per-step data: `benchmarks/results/vs_trl_raw.json`.", ""]
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+             + (": with `--reuse`, so finished runs of the same spec from earlier invocations (same code, same "
+                "settings, one pair added per invocation) were read back; the machine figures are this invocation's."
+                if "--reuse" in argv else ": every number below comes from that one invocation.")
+             + " Raw per-step data: `benchmarks/results/vs_trl_raw.json`.", ""]
     if "smollm2" in summaries:
         lines += [f"step time ratio rlvr/TRL: {summaries['smollm2']['ratio']:.2f}", "",
                   "(SmolLM2-135M, median over the alternated pairs of rlvr's median step time / TRL's; per pair: "
