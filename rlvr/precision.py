@@ -11,6 +11,7 @@ and ``rlvr filter`` (everything that builds a model from a recipe goes through :
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
@@ -124,9 +125,9 @@ def choose_precision(requested: Literal["auto", "bf16", "fp32"], device: torch.d
 
 @lru_cache(maxsize=None)
 def _announce(reason: str) -> None:
-    print(f"[rlvr] {reason}", flush=True)
+    print(f"[rlvr] {reason}", file=sys.stderr, flush=True)  # stderr: `rlvr eval` prints its JSON on stdout
 
 
 def announce_precision(choice: PrecisionChoice) -> None:
-    """Print the choice and its reason once per process (a second engine with the same choice prints nothing)."""
+    """Print the choice and its reason on stderr once per process (a second engine with the same choice prints nothing)."""
     _announce(choice.reason)

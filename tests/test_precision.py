@@ -105,3 +105,13 @@ def test_config_default_is_auto_and_old_bf16_key_is_an_alias():
         _trainer({"bf16": False, "precision": "bf16"})
     with pytest.raises(RecipeError, match="precision"):
         _trainer({"precision": "fp16"})
+
+
+def test_the_choice_is_announced_once_on_stderr(capsys):
+    from rlvr.precision import PrecisionChoice, announce_precision
+
+    choice = PrecisionChoice("fp32", "precision fp32 (set in the recipe): test-only reason 1f3a")
+    announce_precision(choice)
+    announce_precision(choice)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "[rlvr] precision fp32 (set in the recipe): test-only reason 1f3a\n"
