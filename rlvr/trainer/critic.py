@@ -71,14 +71,7 @@ class CriticWorker(ModelWorker):
     @torch.no_grad()
     def values(self, batch: RolloutBatch) -> Tensor:
         """(N, T) fp32 values of every response token of the tensorized ``batch``, 0 on padding."""
-        out = torch.zeros_like(batch.response_mask)
-        for idx in self.micro_batches(batch, list(range(batch.num_samples))):
-            if not idx:
-                self.idle_pass(backward=False)
-                continue
-            v, _, t = self.forward(batch, idx)
-            out[idx, :t] = v.cpu()
-        return out * batch.response_mask
+        return self.per_token_outputs(batch) * batch.response_mask
 
 
 class ValueObjective:

@@ -142,6 +142,12 @@ class ModelWorker:
     @torch.no_grad()
     def logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """(N, T) fp32 log-probs of every sampled token of the tensorized ``batch`` (0 on padding), no gradient."""
+        return self.per_token_outputs(batch)
+
+    @torch.no_grad()
+    def per_token_outputs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(N, T) fp32 per-token output of :meth:`forward` (log-probs here; a subclass's forward may return values)
+        over every sample of ``batch``, micro-batch by micro-batch, with the idle passes the other ranks need."""
         out = torch.zeros_like(batch.response_mask)
         for idx in self.micro_batches(batch, list(range(batch.num_samples))):
             if not idx:
