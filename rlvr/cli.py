@@ -31,7 +31,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from rlvr.embedded import EmbeddedModelError
     from rlvr.models import ModelLoadError
     from rlvr.preflight import PreflightError
-    from verifiers.registry import UnknownVerifierError
+    from rlvr.verifiers.registry import UnknownVerifierError
 
     return (RecipeError, DataError, ModelLoadError, EmbeddedModelError, UnknownVerifierError, PreflightError,
             FileNotFoundError, FileExistsError)

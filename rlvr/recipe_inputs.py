@@ -19,8 +19,8 @@ from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_m
 from rlvr.precision import announce_precision, choose_precision
 from rlvr.preflight import CheckOptions, print_run_findings, run_checks
 from rlvr.verifier_inputs import check_verifier_kwargs, verifier_specs
-from verifiers.registry import get_verifier
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifiers.registry import get_verifier
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 @dataclass

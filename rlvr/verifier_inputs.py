@@ -14,7 +14,7 @@ from typing import Any
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import Completion
-from verifiers.reward import VerifierSpec
+from rlvr.verifiers.reward import VerifierSpec
 
 
 class VerifierKwargsError(ValueError):

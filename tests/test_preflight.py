@@ -14,7 +14,7 @@ from rlvr.config import resolve
 from rlvr.preflight.devices import GIB, DeviceMemory, parse_device_memory
 from rlvr.preflight.memory import block_activation_bytes_per_token, estimate_memory
 from rlvr.preflight.model_shape import ModelShape
-from verifiers import verifier
+from rlvr.verifiers import verifier
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
 from rlvr.verifier_inputs import verifier_specs
 from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
-from verifiers.reward import RewardResult
+from rlvr.verifiers.reward import RewardResult
 
 
 class FakeVerifierPool:

@@ -48,8 +48,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     from rlvr.data.sources import DataError, load_rows
     from rlvr.models import ModelLoadError, load_tokenizer, resolve_model_path
     from rlvr.verifier_inputs import VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs, verifier_specs
-    from verifiers.registry import UnknownVerifierError, get_verifier
-    from verifiers.reward import RewardFunction
+    from rlvr.verifiers.registry import UnknownVerifierError, get_verifier
+    from rlvr.verifiers.reward import RewardFunction
 
     add_recipe_import_paths(path)
     specs = verifier_specs(recipe)

@@ -35,7 +35,7 @@ from rlvr.preflight import CheckOptions
 from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.verifier_inputs import sample_dict
-from verifiers.reward import RewardFunction
+from rlvr.verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"
 N_SAMPLES = "n_samples"

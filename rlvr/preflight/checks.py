@@ -17,7 +17,7 @@ from rlvr.preflight.memory import EXTRA_MODELS, estimate_memory, judge_memory
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.template_checks import check_eos, check_prefill
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 @dataclass

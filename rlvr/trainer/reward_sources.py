@@ -3,7 +3,7 @@
 One interface (:class:`RewardSource`) for every way a step is rewarded, so the trainer does not care which it has
 (``reward.source`` in the recipe):
 
-- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`verifiers.reward.RewardFunction`
+- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`rlvr.verifiers.reward.RewardFunction`
   in its worker pool; a verifier with ``optimise: false`` is scored and logged as gold but weighs 0 in the total.
 - ``reward_model`` / ``both``: :class:`RewardModelRewards`, a learned reward model (or ensemble, ``reward_model:``)
   scores the exact sampled token ids; the verifiers still run and are logged (as gold scores where they are not
@@ -31,7 +31,7 @@ class RewardScores:
         rewards: (N,) fp32 total reward (what the advantage estimator optimises).
         solved: (N,) bool, the solved-verifier scored 1 (solve rate, curriculum, dynamic sampling).
         valid: (N,) bool, False for a sample to drop (a verifier failed and ``reward.failure_score`` is null).
-        results: N per-sample logs (:class:`verifiers.reward.RewardResult`: per-verifier ``scores``, ``extras``,
+        results: N per-sample logs (:class:`rlvr.verifiers.reward.RewardResult`: per-verifier ``scores``, ``extras``,
             ``failures``), for metrics and sample dumps.
     """
 
@@ -60,7 +60,7 @@ class VerifierRewards:
     """The recipe's verifiers as a reward source.
 
     Args:
-        reward_fn: the verifier pool (:class:`verifiers.reward.RewardFunction`); closed by :meth:`close`.
+        reward_fn: the verifier pool (:class:`rlvr.verifiers.reward.RewardFunction`); closed by :meth:`close`.
         labels: verifier labels in recipe order (``name``, ``name#2`` for repeats).
         solved_label: the label whose score 1 counts as solved (``solved_verifier``).
         drop_failed: ``reward.failure_score`` is null: a sample with a failed verifier is not valid.
