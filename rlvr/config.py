@@ -621,7 +621,9 @@ class Recipe(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    verifiers: list[VerifierConfig] = Field(min_length=1)
+    verifiers: list[VerifierConfig] = Field(default_factory=list)
+    """Rule-based rewards. At least one with ``optimise: true`` under ``reward.source: verifiers``; under
+    ``reward_model`` they are all gold scores, and the list may be empty (no solve rate, no pass@k eval then)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
@@ -664,6 +666,20 @@ class Recipe(_Section):
         if self.reward.source != "verifiers" and self.reward_model is None:
             raise ValueError(f"reward.source={self.reward.source!r} needs a reward_model: section (reward_model.path: "
                              "a folder written by `rlvr rm train`)")
+        if self.reward.source == "verifiers" and not self.verifiers:
+            raise ValueError("no verifiers and reward.source='verifiers': nothing scores the completions; list at "
+                             "least one under verifiers:, or set reward.source: reward_model (with a reward_model: "
+                             "section)")
+        if not self.verifiers and self.reward.source == "both":
+            raise ValueError("reward.source='both' adds the verifiers' total to the reward model's score, but there are "
+                             "no verifiers: use reward.source: reward_model")
+        if not self.verifiers and self.algorithm.dynamic_sampling.enabled and \
+                self.algorithm.dynamic_sampling.filter_on == "solved":
+            raise ValueError("algorithm.dynamic_sampling.filter_on='solved' needs a verifier (the solved flag): list "
+                             "one (optimise: false is enough) or set filter_on: reward")
+        if not self.verifiers and self.curriculum.sampler == "pools":
+            raise ValueError("curriculum.sampler='pools' draws by solve rate, which needs a verifier: list one "
+                             "(optimise: false is enough) or use sampler: epoch")
         if self.reward.source == "verifiers" and not any(v.optimise for v in self.verifiers):
             raise ValueError("every verifier has optimise: false and reward.source='verifiers': nothing is optimised; "
                              "set optimise: true on one, or reward.source: reward_model")
@@ -674,8 +690,12 @@ class Recipe(_Section):
         return self
 
     @property
-    def solved_verifier(self) -> str:
-        return self.reward.solved_verifier or self.verifiers[0].name
+    def solved_verifier(self) -> str | None:
+        """The verifier whose score 1 means solved (``reward.solved_verifier``, else the first listed); ``None`` for a
+        recipe without verifiers (a reward model alone: no solve rate, no pass@k)."""
+        if self.reward.solved_verifier is not None:
+            return self.reward.solved_verifier
+        return self.verifiers[0].name if self.verifiers else None
 
 
 def _validate_algorithm(a: AlgorithmConfig) -> None:
