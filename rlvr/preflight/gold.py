@@ -56,6 +56,9 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
         row_number: ``id(row) -> its 0-based index in the dataset`` (rows are shuffled by the split).
     """
     field = recipe.data.answer_field
+    if not specs:
+        report.add("skip", "gold", "no verifiers (a reward model alone scores the completions): no gold to check")
+        return
     checked = [(i, s) for i, s in enumerate(specs) if s.name not in NOT_ANSWER_CHECKS]
     for s in specs:
         if s.name in NOT_ANSWER_CHECKS:

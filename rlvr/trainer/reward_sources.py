@@ -62,16 +62,18 @@ class VerifierRewards:
     Args:
         reward_fn: the verifier pool (:class:`rlvr.verifiers.reward.RewardFunction`); closed by :meth:`close`.
         labels: verifier labels in recipe order (``name``, ``name#2`` for repeats).
-        solved_label: the label whose score 1 counts as solved (``solved_verifier``).
+        solved_label: the label whose score 1 counts as solved (``solved_verifier``); ``None`` when the recipe has no
+            verifier (nothing is ever solved; the trainer then logs no solve rate).
         drop_failed: ``reward.failure_score`` is null: a sample with a failed verifier is not valid.
         gold_labels: labels logged as gold (``reward/gold_<label>``): verifiers that are not optimised.
     Raises:
         ValueError: ``solved_label`` or a gold label not among ``labels``.
     """
 
-    def __init__(self, reward_fn: Any, labels: list[str], solved_label: str, drop_failed: bool,
+    def __init__(self, reward_fn: Any, labels: list[str], solved_label: str | None, drop_failed: bool,
                  gold_labels: list[str] | None = None) -> None:
-        unknown = [lbl for lbl in [solved_label, *(gold_labels or [])] if lbl not in labels]
+        named = ([solved_label] if solved_label is not None else []) + list(gold_labels or [])
+        unknown = [lbl for lbl in named if lbl not in labels]
         if unknown:
             raise ValueError(f"verifier label(s) {unknown} are not among the verifiers {labels}")
         self.reward_fn = reward_fn
@@ -86,7 +88,8 @@ class VerifierRewards:
         return RewardScores(
             rewards=torch.tensor([r.total for r in results], dtype=torch.float32),
             # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
-            solved=torch.tensor([(r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9 for r in results],
+            solved=torch.tensor([self.solved_label is not None and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
+                                 for r in results],
                                 dtype=torch.bool),
             valid=torch.tensor([not (self.drop_failed and r.failures) for r in results], dtype=torch.bool),
             results=results)
