@@ -239,6 +239,15 @@ def close_all_pools() -> None:
         pool.close()
 
 
+def _forget_parent_pools() -> None:
+    # a forked child's exit must never remove its parent's containers (sandbox.backends forgets the
+    # parent's backends too, so the child starts its own pool)
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_pools)
+
+
 def _install_exit_cleanup() -> None:
     global _cleanup_installed
     if _cleanup_installed:
