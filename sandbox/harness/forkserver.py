@@ -12,7 +12,8 @@ has ended (it waits for nothing else meanwhile: the driver runs one program at a
 
 The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
 2, 3..., every other fd closed, the run's rlimits, dumpable (the server itself is not: the child can
-neither ptrace it nor read its memory), oom_score_adj 1000, the work folder as cwd. It then runs the program
+neither ptrace it nor read its memory), oom_score_adj 1000 (the server's own, inherited: if memory runs
+out, a program or the server goes, never the driver), the work folder as cwd. It then runs the program
 as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
 an uncaught exception, non-daemon threads joined, atexit handlers, streams flushed. Differences from a
 fresh interpreter: the modules the server imported are already loaded, and the hash seed is the server's
@@ -40,8 +41,6 @@ def _child(request, fds):
         os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
         _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
         os.chdir(request["workdir"])
         argv = list(request["argv"])
         if argv[0] == "-c":
@@ -115,6 +114,9 @@ def _warm_up():
 
 
 def _serve():
+    # once here, every child inherits it; before going non-dumpable, which makes /proc/self root's
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
     _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _warm_up()
     ctl = socket.socket(fileno=3)
