@@ -64,13 +64,16 @@ def docker_problem() -> str | None:
 
 class DockerBackend(Backend):
     """Runs batches in pooled containers. workers: parallel batches (RLVR_SANDBOX_WORKERS, default the CPU
-    count); idle_exit_s: an unused container removes itself after this long (RLVR_SANDBOX_IDLE_S, 600).
+    count); idle_exit_s: an unused container removes itself after this long (RLVR_SANDBOX_IDLE_S, 600);
+    warm_drivers: keep each container's driver for its next batch (RLVR_SANDBOX_WARM_DRIVERS, default on;
+    off: one `docker exec` and one driver start per batch, as before).
 
     Raises SandboxUnavailable when no engine answers or the image is missing."""
 
     name = "docker"
 
-    def __init__(self, workers: int | None = None, idle_exit_s: float | None = None) -> None:
+    def __init__(self, workers: int | None = None, idle_exit_s: float | None = None,
+                 warm_drivers: bool | None = None) -> None:
         problem = docker_problem()
         if problem:
             raise SandboxUnavailable(problem)
@@ -83,6 +86,9 @@ class DockerBackend(Backend):
         # at a time, so a driver is never shared)
         self._warm: dict[str, ExecChannel] = {}
         self._lock = threading.Lock()
+        if warm_drivers is None:
+            warm_drivers = os.environ.get("RLVR_SANDBOX_WARM_DRIVERS", "1") != "0"
+        self.warm_drivers = warm_drivers
 
     def workers(self) -> int:
         return self._workers
@@ -107,7 +113,7 @@ class DockerBackend(Backend):
         except docker.errors.DockerException as e:
             outcome.broken = f"docker exec failed: {e}"
         finally:
-            if channel is not None and outcome.reusable:
+            if channel is not None and outcome.reusable and self.warm_drivers:
                 with self._lock:
                     self._warm[container.id] = channel
             elif channel is not None:
