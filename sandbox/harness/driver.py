@@ -302,6 +302,10 @@ class _Driver:
         """Run and report jobs in order; False when a job could not be cleaned up after (then this
         sandbox must not run anything more)."""
         for i, job in enumerate(jobs):
+            # Statuses of processes no one waits for (orphans killed by a clean-up, an old fork server) go:
+            # nothing of an earlier job is alive, and a warm driver lives long enough for pids to wrap
+            # (pid_max is often 32768), when a stale entry would pass for a new program's exit.
+            self.reaped.clear()
             self.prepare_workdir()
             self.run_job(i, job)
             clean = self.kill_all() and self.wipe() and not self.dirty
