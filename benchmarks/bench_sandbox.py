@@ -155,9 +155,11 @@ class CpuMeter:
         if self.client is not None:
             host = socket.gethostname()
             for pid in [os.getpid(), *self.worker_pids]:
-                for container in self.client.containers.list(sparse=True, filters={"label": f"{OWNER_LABEL}={host}:{pid}"}):
+                owned = {"label": f"{OWNER_LABEL}={host}:{pid}"}
+                for container in self.client.containers.list(sparse=True, filters=owned):
+                    usage = Path(f"/sys/fs/cgroup/cpuacct/docker/{container.id}/cpuacct.usage")
                     try:
-                        total += int(Path(f"/sys/fs/cgroup/cpuacct/docker/{container.id}/cpuacct.usage").read_text()) / 1e9
+                        total += int(usage.read_text()) / 1e9
                     except (OSError, ValueError):
                         pass  # removed while we looked
         engine = {}

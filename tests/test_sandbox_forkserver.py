@@ -23,8 +23,8 @@ SEMANTICS = [
     ("print(input())\n", "RE"),  # EOFError: stdin is the test's (empty) input, not the server's
     ("import os\nprint('ok' if os.getcwd() == '/tmp/w' and os.listdir('.') == ['solution.py'] else os.listdir('.'))\n",
      "AC"),
-    ("print('ok' if open('/proc/self/oom_score_adj').read().strip() == '1000' else 'the driver may be OOM-killed first')\n",
-     "AC"),  # if memory runs out, the program goes first
+    # if memory runs out, the program goes first, not the driver
+    ("print('ok' if open('/proc/self/oom_score_adj').read().strip() == '1000' else 'not first to go')\n", "AC"),
 ]
 
 

@@ -20,9 +20,9 @@ from typing import Any, Hashable, Sequence
 import docker
 import docker.errors
 
+from sandbox import batch as sandbox_batch
 from sandbox.backends.base import Backend, default_workers
 from sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
-from sandbox import batch as sandbox_batch
 from sandbox.batch import BatchOutcome, request_bytes, run_batch
 from sandbox.errors import SandboxUnavailable
 from sandbox.harness import driver_source

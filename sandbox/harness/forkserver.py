@@ -17,8 +17,9 @@ out, a program or the server goes, never the driver), the work folder as cwd. It
 as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
 an uncaught exception, non-daemon threads joined, atexit handlers, streams flushed. Differences from a
 fresh interpreter: the modules the server imported are already loaded, and the hash seed is the server's
-(one per server: it lives as long as its driver, which may serve many batches). A program that kills the server only ends its own test (its child is then reaped by the
-driver, the subreaper, and the server restarted).
+(one per server: it lives as long as its driver, which may serve many batches). A program that kills the
+server only ends its own test (its child is then reaped by the driver, the subreaper, and the server
+restarted).
 """
 # Shipped after processes.py (see `sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
 import fcntl
