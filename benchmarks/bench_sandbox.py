@@ -1,22 +1,28 @@
 """Sandbox throughput: programs judged per second, per design and per language, in one run.
 
-    .venv/bin/python benchmarks/bench_sandbox.py               # writes benchmarks/results/sandbox.md
-    .venv/bin/python benchmarks/bench_sandbox.py --programs 40 --designs pooled-fork,bwrap-fork   # quicker
+    .venv/bin/python benchmarks/bench_sandbox.py                # everything (~5 min on 2 idle cores)
+    .venv/bin/python benchmarks/bench_sandbox.py --python-only  # Python designs only (~1-2 min)
+    .venv/bin/python benchmarks/bench_sandbox.py --programs 40 --designs pooled-fork,reward-batch   # quicker
 
 Designs (all run the same in-sandbox driver, with the same limits and as many parallel sandboxes):
   fresh        one new container per program (started, one `docker exec`, removed): the naive Docker
                design (the same driver, so Python runs fork from a fork server started per program);
-  pooled-exec  warm pooled containers, up to 16 programs per `docker exec`, every test a new interpreter
-               (this project before the fork server);
-  pooled-fork  the same, Python runs forked from a warm interpreter in the container (this project);
+  pooled-exec  warm pooled containers with warm drivers, every test a new interpreter (no fork server);
+  pooled-fork-cold   pooled containers, fork server, but one `docker exec` (a new driver and fork
+               server) per batch of up to 16 programs: this project before warm drivers;
+  pooled-fork  pooled containers, each with a warm driver serving batch after batch on one `docker exec`,
+               Python runs forked from its warm fork server (this project);
   bwrap-exec / bwrap-fork   one bubblewrap sandbox per batch of up to 16 programs, without / with it;
   reward-per-sample / reward-batch   the `code` verifier inside a `RewardFunction` (2 worker processes), one
                pool call per sample (as before the batch hook) or the whole set in one batch call (the
-               batch hook: one `rlvr.sandbox.run_many`); on Docker, with the fork server.
+               batch hook: one `rlvr.sandbox.run_many`, the path training uses); on Docker, with the fork server.
+The slow baselines (fresh, reward-per-sample) judge the first 30 programs of a workload; rates are per
+program either way.
 Workloads: small stdio programs (3 tests each, every other one wrong) in Python, C, C++, Java and
 JavaScript (compile time included), and the labelled cases of shared/cases/code_dev.jsonl without the
 ones whose tests run into the time limit (those only measure waiting). `pass/fail = label` counts
-programs whose pass/fail matches the label. The machine is shared: its load average goes with the results.
+programs whose pass/fail matches the label. The machine is shared: its load average goes with the results,
+and CPU ms per program (see `CpuMeter`), which load changes far less, with them.
 """
 from __future__ import annotations
 
@@ -25,22 +31,27 @@ import json
 import os
 import platform
 import resource
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
+
+try:
+    import docker as docker_sdk
+except ImportError:  # no Docker SDK: the Docker designs cannot run anyway
+    docker_sdk = None
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import rlvr.sandbox.batch  # noqa: E402
 import rlvr.sandbox.scheduler  # noqa: E402
-from rlvr import sandbox  # noqa: E402
 from rlvr.sandbox import Job, Limits  # noqa: E402
 from rlvr.sandbox.backends import get_backend  # noqa: E402
 from rlvr.sandbox.backends.base import Backend  # noqa: E402
 from rlvr.sandbox.backends.docker_backend import DockerBackend, ExecChannel, image_name  # noqa: E402
-from rlvr.sandbox.backends.docker_pool import ContainerPool, ContainerSpec  # noqa: E402
+from rlvr.sandbox.backends.docker_pool import OWNER_LABEL, ContainerPool, ContainerSpec  # noqa: E402
 from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch  # noqa: E402
 from rlvr.sandbox.judge import judge  # noqa: E402
 from rlvr.sandbox.scheduler import execute  # noqa: E402
@@ -52,13 +63,16 @@ CASES = Path("/work/shared/cases/code_dev.jsonl")
 OUT = ROOT / "benchmarks" / "results" / "sandbox.md"
 LABELS = {
     "fresh": "(a) fresh container per program (fork server inside)",
-    "pooled-exec": "(b) pooled containers, batched, new interpreter per test",
-    "pooled-fork": "(c) pooled containers, batched, fork server (this project)",
+    "pooled-exec": "(b) pooled containers, warm drivers, new interpreter per test",
+    "pooled-fork-cold": "(c0) pooled containers, fork server, a docker exec and driver start per batch",
+    "pooled-fork": "(c) pooled containers, warm drivers, fork server (this project)",
     "bwrap-exec": "(d) bubblewrap, batched, new interpreter per test",
     "bwrap-fork": "(e) bubblewrap, batched, fork server",
     "reward-per-sample": "(f) RewardFunction, one pool call per sample (before)",
     "reward-batch": "(g) RewardFunction, batch hook: one run_many per step (this project)",
 }
+SLOW_DESIGNS_PROGRAMS = 30  # fresh and reward-per-sample judge only this many programs of a workload
+ENGINE_COMMANDS = ("dockerd", "containerd")  # and containerd-shim*: the Docker engine's processes
 # Small correct and wrong a+b programs per language; {k} makes every other one wrong.
 ADD_PROGRAMS = {
     "python": "a, b = map(int, input().split())\nprint(a + b + {k})\n",
@@ -119,97 +133,153 @@ def labelled_fast() -> list[tuple[Job, bool]]:
             for r in rows if r.get("expected_failure_mode") != "TLE" and r["category"] != "fork_bomb"]
 
 
-def cpu_seconds(backend: Backend | None) -> float | None:
-    """CPU seconds used so far by this process and the Docker pool's live containers (their cgroups: the
-    driver, fork server and programs; the engine's own work per `docker exec` is not counted). None for
-    designs whose sandboxes cannot be counted: fresh containers are gone when we look, and bubblewrap's
-    processes are not all reaped by us (their CPU time never reaches RUSAGE_CHILDREN)."""
-    if backend is None or backend.name != "docker":
-        return None
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    total = own.ru_utime + own.ru_stime
-    for container_id in backend.pool.container_ids():
-        try:
-            total += int(Path(f"/sys/fs/cgroup/cpuacct/docker/{container_id}/cpuacct.usage").read_text()) / 1e9
-        except (OSError, ValueError):
-            return None
-    return total
+class CpuMeter:
+    """CPU seconds spent on judging, read before and after a design runs: this process, the given worker
+    processes (a RewardFunction's), and the cgroups of the live sandbox containers that this process or
+    those workers own (driver, fork server, programs). `engine` is the Docker engine's processes (dockerd,
+    containerd, its shims) on this machine: they relay every exec and its stream, but another user's
+    containers would count too, so it is reported apart.
+
+    Fresh containers are gone before the second reading and bubblewrap's processes are not all reaped by
+    us, so for those designs `sandbox` is None."""
+
+    def __init__(self, worker_pids: Sequence[int] = ()) -> None:
+        self.worker_pids = list(worker_pids)
+        self.client = docker_sdk.from_env(timeout=30) if docker_sdk is not None else None
+
+    def read(self) -> tuple[float, dict[int, float]]:
+        """(sandbox CPU s so far, engine CPU s so far per engine process id); `spent` turns two readings
+        into what was spent between them."""
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        total = own.ru_utime + own.ru_stime + sum(_process_cpu(pid) for pid in self.worker_pids)
+        if self.client is not None:
+            host = socket.gethostname()
+            for pid in [os.getpid(), *self.worker_pids]:
+                owned = {"label": f"{OWNER_LABEL}={host}:{pid}"}
+                for container in self.client.containers.list(sparse=True, filters=owned):
+                    usage = Path(f"/sys/fs/cgroup/cpuacct/docker/{container.id}/cpuacct.usage")
+                    try:
+                        total += int(usage.read_text()) / 1e9
+                    except (OSError, ValueError):
+                        pass  # removed while we looked
+        engine = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    comm = Path(f"/proc/{entry}/comm").read_text().strip()
+                except OSError:
+                    continue
+                if comm in ENGINE_COMMANDS or comm.startswith("containerd-shim"):
+                    engine[int(entry)] = _process_cpu(int(entry))
+        return total, engine
+
+    @staticmethod
+    def spent(before: tuple[float, dict[int, float]], after: tuple[float, dict[int, float]]) -> tuple[float, float]:
+        """(sandbox, engine) CPU seconds between two readings. An engine process that ended in between (the
+        shim of a removed container) is left out rather than counted negative."""
+        engine = sum(cpu - before[1].get(pid, 0.0) for pid, cpu in after[1].items())
+        return after[0] - before[0], engine
 
 
-def judge_with_backend(backend: Backend, jobs: list[Job], max_batch: int) -> tuple[list[bool], float, float | None]:
-    """Pass/fail of every job, the wall-clock seconds it took and the CPU seconds (see cpu_seconds)."""
-    cpu0, started = cpu_seconds(backend), time.monotonic()
+def _process_cpu(pid: int) -> float:
+    """utime + stime of a live process in seconds (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def judge_with_backend(backend: Backend, jobs: list[Job], max_batch: int
+                       ) -> tuple[list[bool], float, tuple[float, float] | None]:
+    """Pass/fail of every job, the wall-clock seconds it took and the CPU seconds (sandbox, engine; None
+    where they cannot be counted, see CpuMeter)."""
+    meter = CpuMeter()
+    cpu0, started = meter.read(), time.monotonic()
     results = execute(backend, jobs, max_batch=max_batch)
-    wall, cpu1 = time.monotonic() - started, cpu_seconds(backend)
+    wall, cpu1 = time.monotonic() - started, meter.read()
     passed = [judge(j, r, backend.name, 0.0).passed for j, r in zip(jobs, results)]
-    return passed, wall, (cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None)
+    cpu = CpuMeter.spent(cpu0, cpu1) if backend.name == "docker" else None
+    return passed, wall, cpu
 
 
-def judge_with_reward_fn(name: str, jobs: list[Job]) -> tuple[list[bool], float]:
-    """Pass/fail through a RewardFunction running verifier `name` on completions that fence the programs."""
+def judge_with_reward_fn(name: str, jobs: list[Job]) -> tuple[list[bool], float, tuple[float, float]]:
+    """Pass/fail through a RewardFunction running verifier `name` on completions that fence the programs,
+    the wall-clock seconds and the CPU seconds (sandbox, engine: see CpuMeter)."""
     completions = [f"```{job.language}\n{job.program}```" for job in jobs]
     samples = [{"test_type": job.test_type, "tests": job.tests, "checker": job.checker, "language": job.language,
                 "limits": {"time_s": job.limits.time_s}} for job in jobs]
     with RewardFunction([VerifierSpec(name, timeout_s=120)], num_workers=2) as reward_fn:
-        reward_fn.score(completions[:2], samples[:2])  # warm: workers and their containers started
-        started = time.monotonic()
+        warm = [f"```python\nprint(input()){' ' * k}\n```" for k in range(4)]  # not in the set: no cache hit
+        reward_fn.score(warm, [{"tests": [{"input": "1\n", "output": "1\n"}]}] * 4)  # workers, containers up
+        meter = CpuMeter([w.process.pid for w in reward_fn._pool._workers])
+        cpu0, started = meter.read(), time.monotonic()
         results = reward_fn.score(completions, samples)
-        wall = time.monotonic() - started
-    return [r.scores[name] == 1.0 for r in results], wall
+        wall, cpu1 = time.monotonic() - started, meter.read()
+    return [r.scores[name] == 1.0 for r in results], wall, CpuMeter.spent(cpu0, cpu1)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--designs", default=",".join(LABELS))
-    parser.add_argument("--programs", type=int, default=120, help="small Python programs (other languages: a fifth)")
+    parser.add_argument("--programs", type=int, default=120,
+                        help="small Python programs (other languages: a tenth, at least 6)")
     parser.add_argument("--languages", default="python,c,cpp,java,javascript")
+    parser.add_argument("--python-only", action="store_true", help="same as --languages python")
+    parser.add_argument("--no-cases", action="store_true", help="skip the labelled cases")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
     designs = args.designs.split(",")
     for name in designs:
         if name not in LABELS:
             parser.error(f"unknown design {name!r}; valid: {', '.join(LABELS)}")
+    languages = ["python"] if args.python_only else args.languages.split(",")
 
     workloads: list[tuple[str, str, list[tuple[Job, bool]]]] = []
-    for language in args.languages.split(","):
-        n = args.programs if language == "python" else max(4, args.programs // 5)
+    for language in languages:
+        n = args.programs if language == "python" else max(6, args.programs // 10)
         workloads.append((language, f"{language}: a+b, 3 tests each", add_jobs(language, n)))
-    if CASES.exists():
+    if CASES.exists() and not args.no_cases:
         fast = labelled_fast()
         workloads.append(("python", f"labelled cases without time-limit ones ({len(fast)})", fast))
 
-    docker = get_backend("docker") if any(d in designs for d in ("fresh", "pooled-exec", "pooled-fork")) else None
+    docker = get_backend("docker") if any(d == "fresh" or d.startswith("pooled") for d in designs) else None
     bwrap = get_backend("bwrap") if any(d.startswith("bwrap") for d in designs) else None
     fresh = FreshContainerBackend(docker) if "fresh" in designs else None
     load = os.getloadavg()[0]
     cpu = _cpu_name()
+    bench_started = time.monotonic()
     lines = ["# Sandbox throughput", "",
              f"Machine: {cpu}, {os.cpu_count()} cores, load average {load:.1f} at the start (shared with other "
-             f"work, so absolute numbers are pessimistic; compare designs within a row group). "
+             f"work: compare designs within a row group, and read the CPU columns, which load changes far less). "
              f"{(docker or bwrap).workers() if (docker or bwrap) else 2} parallel sandboxes per design. "
              "Produced by `benchmarks/bench_sandbox.py` in one run.", "",
-             "`CPU ms/program` (pooled Docker designs only) counts this process and the pooled containers' "
-             "cgroups (driver, fork server, programs), not the Docker engine's work per `docker exec`; "
-             "`programs/s on 2 idle cores` is 2 / (CPU s per program): an upper bound on what the design reaches "
-             "with both cores to itself.", "",
+             "`CPU ms/program` (Docker designs but the fresh one) counts this process, the RewardFunction's worker "
+             "processes and the pooled containers' cgroups (driver, fork server, programs); `engine ms/program` is "
+             "the Docker engine's own processes (dockerd, containerd, shims), which relay every exec and its "
+             "stream. `programs/s on 2 idle cores` is 2 / (CPU s + engine s per program): what the design "
+             "reaches with both cores to itself if nothing else limits it.", "",
              "| workload | design | programs | tests | wall s | programs/s | tests/s | CPU ms/program "
-             "| programs/s on 2 idle cores | pass/fail = label |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for language, workload, items in workloads:
-        jobs = [job for job, _ in items]
-        n_tests = sum(job.n_tests for job in jobs)
+             "| engine ms/program | programs/s on 2 idle cores | pass/fail = label |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for language, workload, all_items in workloads:
         for name in designs:
-            if language != "python" and name.endswith("-exec"):
-                continue  # the fork server serves Python only: -exec and -fork are the same design here
+            if language != "python" and (name.endswith("-exec") or name == "pooled-fork-cold"):
+                continue  # the fork server serves Python only: these are the same design here
             if name.startswith("reward") and not workload.startswith("python"):
                 continue
+            items = all_items[:SLOW_DESIGNS_PROGRAMS] if name in ("fresh", "reward-per-sample") else all_items
+            jobs = [job for job, _ in items]
+            n_tests = sum(job.n_tests for job in jobs)
             sandbox.batch.FORK_SERVER = not name.endswith("-exec")
+            if docker is not None:
+                docker.warm_drivers = name != "pooled-fork-cold"
             if name.startswith("reward"):
                 target = "code" if name == "reward-batch" else "bench_code_per_sample"
-                passed, wall = judge_with_reward_fn(target, jobs)
-                cpu = None
+                passed, wall, cpu = judge_with_reward_fn(target, jobs)
             else:
-                backend = {"fresh": fresh, "pooled-exec": docker, "pooled-fork": docker}.get(name, bwrap)
+                backend = {"fresh": fresh, "pooled-exec": docker, "pooled-fork": docker,
+                           "pooled-fork-cold": docker}.get(name, bwrap)
                 max_batch = 1 if name == "fresh" else sandbox.scheduler.MAX_BATCH
                 execute(backend, jobs[:2], max_batch=max_batch)  # warm: containers started, caches filled
                 passed, wall, cpu = judge_with_backend(backend, jobs, max_batch)
@@ -217,13 +287,20 @@ def main() -> int:
             label = LABELS[name]
             if language != "python":  # the fork server serves Python only
                 label = label.replace(" (fork server inside)", "").replace(", fork server", "")
-            cpu_cols = (f"{1000 * cpu / len(jobs):.0f} | {2 * len(jobs) / cpu:.1f}" if cpu else "n/a | n/a")
+            if cpu:
+                sandbox_ms, engine_ms = 1000 * cpu[0] / len(jobs), 1000 * cpu[1] / len(jobs)
+                cpu_cols = f"{sandbox_ms:.1f} | {engine_ms:.1f} | {2000 / (sandbox_ms + engine_ms):.0f}"
+            else:
+                cpu_cols = "n/a | n/a | n/a"
             row = (f"| {workload} | {label} | {len(jobs)} | {n_tests} | {wall:.1f} | {len(jobs) / wall:.2f} | "
                    f"{n_tests / wall:.1f} | {cpu_cols} | {agree}/{len(jobs)} |")
             print(row, flush=True)
             lines.append(row)
     sandbox.batch.FORK_SERVER = True
-    lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}. Compiled languages include compiling "
+    if docker is not None:
+        docker.warm_drivers = True
+    lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}; the whole run took "
+              f"{time.monotonic() - bench_started:.0f} s. Compiled languages include compiling "
               "each program once (g++ with iostream ~1 s, javac ~1.5 s on this machine); Java also pays a JVM start "
               "per test (~0.5 s). The fork server serves Python only, so other languages have one row per "
               "backend. `pass/fail = label` counts programs whose overall pass/fail matches the label; the "

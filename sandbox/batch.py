@@ -54,20 +54,23 @@ class BatchOutcome:
 
 
 def request_bytes(jobs: Sequence[Job], *, pid_namespace: bool, scratch: Sequence[str], nproc: int | None,
-                  python: str = "python3", fork_server: bool | None = None) -> bytes:
+                  python: str = "python3", fork_server: bool | None = None,
+                  idle_exit_s: float | None = None) -> bytes:
     """The driver's stdin for a batch: a decimal byte count, a newline, then the JSON batch.
 
     pid_namespace: the driver may kill(-1) (never outside a private pid namespace). scratch: writable
     folders it wipes after each job (the first holds the work folder). nproc: RLIMIT_NPROC for programs,
     or None (Docker counts processes with its pids limit instead). fork_server: fork Python programs from
     a warm interpreter (`sandbox/harness/forkserver.py`) instead of starting one per run (default: on,
-    unless RLVR_SANDBOX_FORKSERVER=0)."""
+    unless RLVR_SANDBOX_FORKSERVER=0). idle_exit_s: after the batch the driver waits this many seconds
+    for another on the same stdin, then exits (None: until end of stream). The settings of a warm driver's
+    first batch (all but jobs and idle_exit_s) hold for its later batches."""
     if fork_server is None:
         fork_server = FORK_SERVER
     body = json.dumps({
         "pid_namespace": pid_namespace, "scratch": list(scratch), "nproc": nproc, "python": python,
         "runner": runner_source(), "forkserver": forkserver_source() if fork_server else None,
-        "jobs": [job.sandbox_view() for job in jobs],
+        "idle_exit_s": idle_exit_s, "jobs": [job.sandbox_view() for job in jobs],
     }).encode("utf-8")
     return b"%d\n" % len(body) + body
 

@@ -42,3 +42,34 @@ def test_unsandboxed_backend_runs_trusted_code_and_kills_only_its_own_processes(
 def _processes_with_args(text):
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line.split(None, 1)[-1] == text]
+
+
+def test_a_forked_child_gets_its_own_backends_and_never_its_parents_pools():
+    # A verifier pool forks its workers from the trainer: a backend inherited from the parent would share
+    # its warm drivers' exec sockets and its containers, and the child's exit would remove them.
+    import multiprocessing
+
+    from rlvr.sandbox.backends import docker_pool
+
+    class FakePool:  # stands for a parent's ContainerPool in the registry that close_all_pools walks
+        pass
+
+    parent_backend = sandbox.get_backend("none")
+    parent_backend.from_parent = True
+    fake = FakePool()
+    docker_pool._POOLS.add(fake)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:
+            inherited_attr, pools_seen = pool.apply(_backend_state_in_child)
+        assert (inherited_attr, pools_seen) == (False, 0)
+        assert sandbox.get_backend("none") is parent_backend  # the parent keeps its own
+    finally:
+        docker_pool._POOLS.discard(fake)
+        del parent_backend.from_parent
+
+
+def _backend_state_in_child():
+    from rlvr.sandbox.backends import docker_pool
+
+    return getattr(sandbox.get_backend("none"), "from_parent", False), len(docker_pool._POOLS)

@@ -107,3 +107,17 @@ def test_a_program_that_kills_its_sandbox_harms_only_itself(client):
     results = sandbox.run_many(jobs, backend="docker")
     assert [r.passed for r in results] == [True, False, True, True]
     assert results[1].codes[0] == "RE" and "sandbox broke" in (results[1].error or "")
+
+
+def test_a_verifier_pool_workers_containers_go_when_it_stops(client):
+    # RewardFunction's workers are multiprocessing children that start their own pools; they end with
+    # os._exit (no atexit), so multiprocessing's own exit hook must remove their containers.
+    from rlvr.verifiers.pool import Call, VerifierPool
+
+    sample = {"tests": [{"input": "2\n", "output": "2\n"}]}
+    with VerifierPool(num_workers=1) as pool:
+        outcome = pool.run([Call("code", "```python\nprint(input())\n```", sample, {"backend": "docker"}, 60.0)])[0]
+        worker_pid = pool._workers[0].process.pid
+        assert outcome.value["passed"] is True, outcome
+        assert owned_by(client, worker_pid), "the worker should own a container while it runs"
+    assert wait_gone(client, worker_pid, within_s=10) == []

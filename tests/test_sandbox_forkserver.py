@@ -24,6 +24,8 @@ SEMANTICS = [
     ("print(input())\n", "RE"),  # EOFError: stdin is the test's (empty) input, not the server's
     ("import os\nprint('ok' if os.getcwd() == '/tmp/w' and os.listdir('.') == ['solution.py'] else os.listdir('.'))\n",
      "AC"),
+    # if memory runs out, the program goes first, not the driver
+    ("print('ok' if open('/proc/self/oom_score_adj').read().strip() == '1000' else 'not first to go')\n", "AC"),
 ]
 
 
@@ -74,3 +76,16 @@ def test_a_forked_program_cannot_read_the_servers_memory(name):
     jobs = [Job(spy, ONE)]
     outcome = backend.run_batch(jobs)
     assert judge(jobs[0], outcome.results[0], name, 0.0).codes == ["AC"], outcome.results[0][0].stdout
+
+
+@pytest.mark.parametrize("fork_server, parent", [(True, "python3"), (False, "timeout")], ids=["fork-server", "exec"])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_python_runs_come_from_the_fork_server_when_asked(name, fork_server, parent, monkeypatch):
+    # A fork server that cannot start falls back to an interpreter per run, correct but ~10x dearer: this
+    # catches it (its children's parent is the server, python3; an exec'd run's is its `timeout` backstop).
+    backend = _backend(name)
+    monkeypatch.setattr(sandbox.batch, "FORK_SERVER", fork_server)
+    job = Job("import os\nprint(open('/proc/%d/comm' % os.getppid()).read().strip())\n",
+              [{"input": "", "output": parent + "\n"}])
+    outcome = backend.run_batch([job])
+    assert judge(job, outcome.results[0], name, 0.0).codes == ["AC"], outcome.results[0][0].stdout

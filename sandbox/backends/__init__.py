@@ -2,6 +2,7 @@
 `unsafe_local.py`, and only `get_backend("none")` reaches it."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -41,6 +42,18 @@ def get_backend(name: str = "auto") -> Backend:
                     f"no isolation backend can run here. docker: {reason}. bwrap: {bwrap_problem}. "
                     "(backend='none' runs code without isolation and must be asked for by name.)") from None
         return _get(name)
+
+
+def _forget_parent_backends() -> None:
+    """In a forked child (a verifier pool's worker, say): start from no backend. The parent's instances
+    hold its warm drivers' exec sockets and its containers, which two processes must never share (their
+    requests would interleave on one driver, their programs meet in one scratch folder)."""
+    global _lock
+    _lock = threading.Lock()  # it may have been held by another thread of the parent at the fork
+    _instances.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_backends)
 
 
 def _get(name: str) -> Backend:

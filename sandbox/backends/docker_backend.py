@@ -1,14 +1,18 @@
-"""The Docker backend: each batch is one `docker exec` of the driver in a warm pooled container.
+"""The Docker backend: batches run in warm pooled containers, each through a warm driver.
 
-The driver's stdin and stdout travel over the exec's attached socket (the docker SDK's
-`exec_start(socket=True)`), so test inputs never touch argv or a file the program could list. When the
-driver falls silent past its deadline, or its batch ends broken, the container is killed and removed.
+A container's driver is started once with `docker exec` and then serves batch after batch on the same
+exec (its fork server stays warm too), so a batch costs no exec and no interpreter start; it exits after
+the pool's idle time without a batch, or when the host closes the exec. The driver's stdin and stdout
+travel over the exec's attached socket (the docker SDK's `exec_start(socket=True)`), so test inputs never
+touch argv or a file the program could list. When the driver falls silent past its deadline, or its batch
+ends broken, the container is killed and removed.
 """
 from __future__ import annotations
 
 import os
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any, Hashable, Sequence
@@ -16,6 +20,7 @@ from typing import Any, Hashable, Sequence
 import docker
 import docker.errors
 
+from rlvr.sandbox import batch as sandbox_batch
 from rlvr.sandbox.backends.base import Backend, default_workers
 from rlvr.sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
 from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch
@@ -59,13 +64,16 @@ def docker_problem() -> str | None:
 
 class DockerBackend(Backend):
     """Runs batches in pooled containers. workers: parallel batches (RLVR_SANDBOX_WORKERS, default the CPU
-    count); idle_exit_s: an unused container removes itself after this long (RLVR_SANDBOX_IDLE_S, 600).
+    count); idle_exit_s: an unused container removes itself after this long (RLVR_SANDBOX_IDLE_S, 600);
+    warm_drivers: keep each container's driver for its next batch (RLVR_SANDBOX_WARM_DRIVERS, default on;
+    off: one `docker exec` and one driver start per batch, as before).
 
     Raises SandboxUnavailable when no engine answers or the image is missing."""
 
     name = "docker"
 
-    def __init__(self, workers: int | None = None, idle_exit_s: float | None = None) -> None:
+    def __init__(self, workers: int | None = None, idle_exit_s: float | None = None,
+                 warm_drivers: bool | None = None) -> None:
         problem = docker_problem()
         if problem:
             raise SandboxUnavailable(problem)
@@ -74,6 +82,13 @@ class DockerBackend(Backend):
         self.client = docker.from_env(timeout=60, max_pool_size=2 * self._workers + 4)
         idle = idle_exit_s if idle_exit_s is not None else float(os.environ.get("RLVR_SANDBOX_IDLE_S", 600))
         self.pool = ContainerPool(self.client, image_name(), idle_exit_s=idle)
+        # container id -> its driver, waiting for the next batch (the pool hands a container to one worker
+        # at a time, so a driver is never shared)
+        self._warm: dict[str, ExecChannel] = {}
+        self._lock = threading.Lock()
+        if warm_drivers is None:
+            warm_drivers = os.environ.get("RLVR_SANDBOX_WARM_DRIVERS", "1") != "0"
+        self.warm_drivers = warm_drivers
 
     def workers(self) -> int:
         return self._workers
@@ -90,26 +105,52 @@ class DockerBackend(Backend):
         outcome = BatchOutcome(results=[None] * len(jobs), broken="the driver could not be started")
         channel: ExecChannel | None = None
         try:
-            channel = ExecChannel(self.client, container)
-            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp", "/dev/shm"], nproc=None)
+            fork_server = sandbox_batch.FORK_SERVER
+            request = request_bytes(jobs, pid_namespace=True, scratch=["/tmp", "/dev/shm"], nproc=None,
+                                    fork_server=fork_server, idle_exit_s=self.pool.idle_exit_s)
+            channel = self._driver(container, fork_server)
             outcome = run_batch(channel, jobs, request)
         except docker.errors.DockerException as e:
             outcome.broken = f"docker exec failed: {e}"
         finally:
-            if channel is not None:
+            if channel is not None and outcome.reusable and self.warm_drivers:
+                with self._lock:
+                    self._warm[container.id] = channel
+            elif channel is not None:
                 channel.close()
             self.pool.release(container, spec, reusable=outcome.reusable)
         return outcome
 
+    def _driver(self, container: Any, fork_server: bool) -> ExecChannel:
+        """The container's warm driver (left waiting by its last batch) when it runs with the same fork
+        server setting, else a new one (one `docker exec`)."""
+        with self._lock:
+            channel = self._warm.pop(container.id, None)
+            live = set(self.pool.container_ids())
+            for gone in [cid for cid in self._warm if cid not in live]:  # removed by the pool (idle too long)
+                self._warm.pop(gone).close()
+        if channel is not None and channel.fork_server == fork_server:
+            return channel
+        if channel is not None:
+            channel.close()
+        return ExecChannel(self.client, container, fork_server=fork_server)
+
     def close(self) -> None:
         """Remove every container this backend started."""
+        with self._lock:
+            warm, self._warm = list(self._warm.values()), {}
+        for channel in warm:
+            channel.close()
         self.pool.close()
 
 
 class ExecChannel:
-    """A Channel to `python3 -I -c DRIVER` started with `docker exec` (stdin attached) in a container."""
+    """A Channel to `python3 -I -c DRIVER` started with `docker exec` (stdin attached) in a container.
+    fork_server: whether the batches sent through it ask for the fork server (a warm driver keeps the
+    setting of its first batch)."""
 
-    def __init__(self, client: docker.DockerClient, container: Any) -> None:
+    def __init__(self, client: docker.DockerClient, container: Any, fork_server: bool = True) -> None:
+        self.fork_server = fork_server
         api = client.api
         exec_id = api.exec_create(container.id, ["python3", "-I", "-c", driver_source()], stdin=True,
                                   stdout=True, stderr=True, user=SANDBOX_UID, workdir="/tmp")["Id"]

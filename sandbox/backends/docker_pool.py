@@ -1,16 +1,18 @@
 """Where sandbox containers are started, kept warm, and removed.
 
-Each container is started once (~300-600 ms) and then runs many batches, each through one `docker exec`
-of the driver. It is created with: no network, a read-only root, size-capped tmpfs scratch (/tmp and
+Each container is started once (~300-600 ms) and then runs many batches, through one warm driver started
+with one `docker exec` (see docker_backend). It is created with: no network, a read-only root, size-capped tmpfs scratch (/tmp and
 /dev/shm), a pids limit, a memory limit (no swap), a CPU quota, uid 65534, every capability dropped and
 no-new-privileges. Its pid 1 is a small reaper that exits (and `auto_remove` removes the container) after
 `idle_exit_s` seconds without any other process: a caller killed with SIGKILL leaves nothing behind for
-long. Containers are labelled with their owner (`host:pid`); at exit (atexit, and SIGTERM when nobody
-else handles it) the pool removes its own, and a new pool removes containers of owners that are gone.
+long. Containers are labelled with their owner (`host:pid`); at exit (atexit, a multiprocessing child's
+own exit, and SIGTERM when nobody else handles it) the pool removes its own, and a new pool removes
+containers of owners that are gone. A forked child never removes its parent's.
 """
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import os
 import signal
 import socket
@@ -230,7 +232,7 @@ def _remove(container: Any) -> None:
 
 
 _POOLS: "weakref.WeakSet[ContainerPool]" = weakref.WeakSet()
-_cleanup_installed = False
+_cleanup_installed = 0  # the pid that installed the exit clean-up
 
 
 def close_all_pools() -> None:
@@ -239,12 +241,24 @@ def close_all_pools() -> None:
         pool.close()
 
 
+def _forget_parent_pools() -> None:
+    # a forked child's exit must never remove its parent's containers (sandbox.backends forgets the
+    # parent's backends too, so the child starts its own pool)
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_pools)
+
+
 def _install_exit_cleanup() -> None:
     global _cleanup_installed
-    if _cleanup_installed:
+    if _cleanup_installed == os.getpid():  # a forked child inherits the flag, not the need
         return
-    _cleanup_installed = True
+    _cleanup_installed = os.getpid()
     atexit.register(close_all_pools)
+    # A multiprocessing child (a verifier pool's worker, which starts its own pool) ends with os._exit,
+    # skipping atexit; multiprocessing runs its own finalizers first.
+    multiprocessing.util.Finalize(None, close_all_pools, exitpriority=0)
     # SIGTERM normally ends Python without atexit; clean up first, then die of it as before.
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         def on_sigterm(signum: int, _frame: Any) -> None:

@@ -1,7 +1,8 @@
 """Code that runs inside the sandbox, shipped there as source text (the image holds only Debian + python3).
 
-- `driver.py`: the trusted supervisor (one per batch): spawns programs, enforces limits, reports results,
-  with `processes.py` (spawned programs, rlimits, clean-up) and `rpc.py` (`call`/`assert` sessions);
+- `driver.py`: the trusted supervisor (one per sandbox, serving batch after batch): spawns programs,
+  enforces limits, reports results, with `processes.py` (spawned programs, rlimits, clean-up) and `rpc.py`
+  (`call`/`assert` sessions);
 - `forkserver.py`: a warm Python, started by the driver, that forks a fresh child per Python program run;
 - `runner.py`: loaded into the program's own process for `call` and `assert` tests;
 - `codec.py`: the plain-data codec all of them (and the host) use.

@@ -2,11 +2,15 @@
 
 Started by a backend as `python3 -I -c CODEC_AND_THIS_SOURCE` inside a Docker container or a bubblewrap
 sandbox, as the same unprivileged uid as the programs it runs (standard library only: it cannot import
-`sandbox`). It reads one batch from stdin (a decimal byte count on the first line, then that much JSON) and
+`sandbox`). It reads a batch from stdin (a decimal byte count on the first line, then that much JSON) and
 writes one JSON line per event to stdout:
-  {"hello": pid}                                   once, when it is ready;
+  {"hello": pid}                                   once per batch, when it is ready;
   {"job": i, "test": j, "status": ..., ...}       once per test, in order (see `_report`);
   {"job": i, "done": true, "clean": bool}          after each job, once its processes and files are gone.
+Then it waits for the next batch on the same stdin, with the same fork server, until end of stream or
+`idle_exit_s` seconds without one (a warm driver per container: no exec, no interpreter start per batch),
+or until a job could not be cleaned up (that sandbox is thrown away). A batch's jobs run exactly as jobs
+of one batch always have: everything they started is killed and the scratch is wiped after each.
 It compares nothing: expected outputs never come here. Statuses: ok, failed (an assert failed), error,
 early_exit (ended with code 0 before its tests finished), timeout, memory, output_limit, compile_error.
 
@@ -34,10 +38,12 @@ import signal
 import sys
 import time
 
+EVENTS_HOLD_S = 0.25  # a test's event waits at most about this long for the rest of its job's (see hold)
+EVENTS_HOLD_BYTES = 1 << 20
+
 
 class _Driver:
     def __init__(self, batch):
-        self.batch = batch
         self.pid_namespace = bool(batch["pid_namespace"])
         self.scratch = list(batch["scratch"])
         self.workdir = os.path.join(self.scratch[0], "w")
@@ -50,10 +56,14 @@ class _Driver:
         self.session = None  # the _RpcSession running now, for SIGALRM
         self.dirty = False  # a clean-up failed: processes may survive, the sandbox must not be reused
         self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
+        self.held, self.held_bytes, self.held_since = [], 0, 0.0  # test events not written yet (see hold)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGALRM, self._on_alarm)
+        # CPython builds its AST types on the first compile() of source text (~10 ms of CPU): once here,
+        # not again in every forked syntax check (compile_error).
+        compile("pass", "<warm-up>", "exec")
 
     # -- events ---------------------------------------------------------------------------------------
     @staticmethod
@@ -61,9 +71,29 @@ class _Driver:
         sys.stdout.write(json.dumps(message) + "\n")
         sys.stdout.flush()
 
+    def hold(self, message):
+        """Queue a test's event: the held events go out together (one write, one hop through the
+        container engine instead of one per test) with the job's "done", or before then once the oldest
+        has waited EVENTS_HOLD_S (checked here and while a program runs, in pump) or they reach
+        EVENTS_HOLD_BYTES. So an event is late by at most EVENTS_HOLD_S plus a clean-up, far inside the
+        host's deadline for the next event (twice the time limit plus 10 s)."""
+        if not self.held:
+            self.held_since = time.monotonic()
+        line = json.dumps(message) + "\n"
+        self.held.append(line)
+        self.held_bytes += len(line)
+        if self.held_bytes > EVENTS_HOLD_BYTES or time.monotonic() - self.held_since > EVENTS_HOLD_S:
+            self.flush_held()
+
+    def flush_held(self, *last):
+        """Write the held events, then `last` (more events), in one flush."""
+        sys.stdout.write("".join(self.held) + "".join(json.dumps(m) + "\n" for m in last))
+        sys.stdout.flush()
+        self.held, self.held_bytes = [], 0
+
     def _report(self, job, test, status, detail="", started=None, proc=None, stdout=b"", value=None):
         stderr = bytes(proc.err[-OUT_TAIL:]).decode("utf-8", "replace") if proc else ""
-        self.emit({
+        self.hold({
             "job": job, "test": test, "status": status, "detail": detail,
             "elapsed_s": round(time.monotonic() - started, 4) if started else 0.0,
             "exit_code": proc.exit_code if proc else None, "signal": proc.signal if proc else None,
@@ -233,6 +263,12 @@ class _Driver:
             left = until - time.monotonic()
             if left <= 0:
                 raise _Abort("timeout", "no result within %.3g s" % proc.limit_s)
+            if self.held:  # events of earlier tests go out while this one runs, once they waited long enough
+                stale_in = self.held_since + EVENTS_HOLD_S - time.monotonic()
+                if stale_in <= 0:
+                    self.flush_held()
+                else:
+                    left = min(left, stale_in)
             ready, _, _ = select.select(open_fds + self.wake_fds(), [], [], left)
             for fd in ready:
                 if fd not in open_fds:  # a signal, or a report from the fork server
@@ -262,14 +298,21 @@ class _Driver:
         proc.close_all()
 
     # -- jobs -----------------------------------------------------------------------------------------
-    def run_batch(self):
-        for i, job in enumerate(self.batch["jobs"]):
+    def run_batch(self, jobs):
+        """Run and report jobs in order; False when a job could not be cleaned up after (then this
+        sandbox must not run anything more)."""
+        for i, job in enumerate(jobs):
+            # Statuses of processes no one waits for (orphans killed by a clean-up, an old fork server) go:
+            # nothing of an earlier job is alive, and a warm driver lives long enough for pids to wrap
+            # (pid_max is often 32768), when a stale entry would pass for a new program's exit.
+            self.reaped.clear()
             self.prepare_workdir()
             self.run_job(i, job)
             clean = self.kill_all() and self.wipe() and not self.dirty
-            self.emit({"job": i, "done": True, "clean": clean})
+            self.flush_held({"job": i, "done": True, "clean": clean})
             if not clean:
-                return  # the backend throws this sandbox away and reruns the rest elsewhere
+                return False  # the backend throws this sandbox away and reruns the rest elsewhere
+        return True
 
     def prepare_workdir(self):
         os.makedirs(self.workdir, mode=0o700, exist_ok=True)
@@ -409,15 +452,53 @@ class _Driver:
         self._report(i, j, status, detail, started, proc, stdout=bytes(proc.out[: job["output_bytes"]]))
 
 
+class _Requests:
+    """Batches from stdin (fd 0): a decimal byte count, a newline, then that much JSON."""
+
+    def __init__(self):
+        self.buf = bytearray()
+
+    def _fill(self, until):
+        """Read more into buf; False at end of stream or when `until` (monotonic s, None: never) passed."""
+        if until is not None:
+            left = until - time.monotonic()
+            if left <= 0 or not select.select([0], [], [], left)[0]:
+                return False
+        chunk = os.read(0, 1 << 20)
+        self.buf += chunk
+        return bool(chunk)
+
+    def next(self, idle_s):
+        """The next batch as a dict; None at end of stream, or when none began within idle_s seconds."""
+        until = None if idle_s is None else time.monotonic() + idle_s
+        while b"\n" not in self.buf:
+            if not self._fill(until):
+                return None
+            until = None  # a batch has begun: wait for the rest of it
+        line, _, rest = bytes(self.buf).partition(b"\n")
+        size = int(line)
+        self.buf = bytearray(rest)
+        while len(self.buf) < size:
+            if not self._fill(None):
+                return None
+        body, self.buf = bytes(self.buf[:size]), bytearray(self.buf[size:])
+        return json.loads(body)
+
+
 def _main():
     if _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         _Driver.emit({"fatal": "prctl failed (errno %d)" % ctypes.get_errno()})
         return 2
-    size = int(sys.stdin.buffer.readline())
-    batch = json.loads(sys.stdin.buffer.read(size))
-    driver = _Driver(batch)
-    driver.emit({"hello": os.getpid()})
-    driver.run_batch()
+    requests = _Requests()
+    batch = requests.next(None)
+    if batch is None:
+        return 0
+    driver = _Driver(batch)  # the sandbox's settings (scratch, pid namespace, fork server) come with the first
+    while batch is not None:
+        driver.emit({"hello": os.getpid()})
+        if not driver.run_batch(batch["jobs"]):
+            break
+        batch = requests.next(batch.get("idle_exit_s"))
     if driver.forkserver is not None:
         driver.forkserver.stop()
     return 0

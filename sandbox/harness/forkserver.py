@@ -12,15 +12,18 @@ has ended (it waits for nothing else meanwhile: the driver runs one program at a
 
 The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
 2, 3..., every other fd closed, the run's rlimits, dumpable (the server itself is not: the child can
-neither ptrace it nor read its memory), oom_score_adj 1000, the work folder as cwd. It then runs the program
+neither ptrace it nor read its memory), oom_score_adj 1000 (the server's own, inherited: if memory runs
+out, a program or the server goes, never the driver), the work folder as cwd. It then runs the program
 as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
 an uncaught exception, non-daemon threads joined, atexit handlers, streams flushed. Differences from a
 fresh interpreter: the modules the server imported are already loaded, and the hash seed is the server's
-(one per batch). A program that kills the server only ends its own test (its child is then reaped by the
-driver, the subreaper, and the server restarted).
+(one per server: it lives as long as its driver, which may serve many batches). A program that kills the
+server only ends its own test (its child is then reaped by the driver, the subreaper, and the server
+restarted).
 """
 # Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
 import fcntl
+import gc
 import json
 import socket
 import sys
@@ -39,8 +42,6 @@ def _child(request, fds):
         os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
         _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
         os.chdir(request["workdir"])
         argv = list(request["argv"])
         if argv[0] == "-c":
@@ -104,8 +105,21 @@ def _shutdown(status):
     return status
 
 
+def _warm_up():
+    """Pay once, here, what every child would pay again: CPython builds its AST types on the first
+    `compile()` of source text (~10 ms of CPU, more than a short program's whole run). Then freeze what
+    exists: the children's garbage collector skips the server's own objects instead of touching (and so
+    copying) their pages; the program's own objects are collected as usual."""
+    compile("pass", "<warm-up>", "exec")
+    gc.freeze()
+
+
 def _serve():
+    # once here, every child inherits it; before going non-dumpable, which makes /proc/self root's
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
     _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    _warm_up()
     ctl = socket.socket(fileno=3)
     os.chdir("/")
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
