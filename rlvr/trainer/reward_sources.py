@@ -88,8 +88,8 @@ class VerifierRewards:
         return RewardScores(
             rewards=torch.tensor([r.total for r in results], dtype=torch.float32),
             # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
-            solved=torch.tensor([self.solved_label is not None and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
-                                 for r in results],
+            solved=torch.tensor([self.solved_label is not None
+                                 and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9 for r in results],
                                 dtype=torch.bool),
             valid=torch.tensor([not (self.drop_failed and r.failures) for r in results], dtype=torch.bool),
             results=results)

@@ -24,8 +24,9 @@ from rlvr.reward_model.model import pad_sequences, score_at_last_token
 
 def build_inference_engine(module: torch.nn.Module, trainer: TrainerConfig) -> Any:
     """``deepspeed.initialize`` of a frozen ``module`` at ZeRO stage 3 with no optimizer: its parameters partitioned
-    over the ranks. ``trainer.deepspeed_config``'s ``zero_optimization`` keys (e.g. ``stage3_param_persistence_threshold``)
-    apply, except those of an optimizer. Returns the engine (call ``destroy()`` at the end)."""
+    over the ranks. ``trainer.deepspeed_config``'s ``zero_optimization`` keys (e.g.
+    ``stage3_param_persistence_threshold``) apply, except those of an optimizer. Returns the engine (call ``destroy()``
+    at the end)."""
     import deepspeed
 
     module.requires_grad_(False)
