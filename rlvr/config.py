@@ -1,10 +1,10 @@
 """The recipe schema: one pydantic model per section, validated before any expensive work starts.
 
-A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``, ``ppo``) expands into explicit
-keys under the user's own (the user's values win); ``--set a.b=value`` overrides any key. ``algorithm.name`` is the
-algorithm's kind (``grpo``, ``rloo``, ``reinforce_pp``: group-relative; ``ppo``: a critic and GAE); it and
-``algorithm.advantage.type`` fill each other in (:func:`_derive_algorithm_kind`), and a contradiction is an error. The resolved recipe, with every default
-spelled out, is written into the run directory as ``recipe.resolved.yaml``.
+A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``, ``ppo``) expands into
+explicit keys under the user's own (the user's values win); ``--set a.b=value`` overrides any key. ``algorithm.name`` is
+the algorithm's kind (``grpo``, ``rloo``, ``reinforce_pp``: group-relative; ``ppo``: a critic and GAE); it and
+``algorithm.advantage.type`` fill each other in (:func:`_derive_algorithm_kind`), and a contradiction is an error. The
+resolved recipe, with every default spelled out, is written into the run directory as ``recipe.resolved.yaml``.
 
 This module imports no torch, so ``rlvr config check`` is instant.
 
@@ -192,7 +192,8 @@ class KLConfig(_Section):
     expected gradient is zero (E[grad log pi] = 0), so it would do nothing on average."""
     placement: Literal["loss", "reward"] = "loss"
     """Default ``loss``, but ``reward`` for ``algorithm.name: ppo`` (set by :func:`_derive_algorithm_kind` when the
-    recipe leaves it out). ``loss``: beta * KL added to the per-token loss (GRPO). ``reward``: each token's reward gets -beta * KL (the
+    recipe leaves it out).
+    ``loss``: beta * KL added to the per-token loss (GRPO). ``reward``: each token's reward gets -beta * KL (the
     configured estimator, on the pre-update log-probs), summed into the return of the tokens before it; for
     ``reinforce_pp`` before the batch normalisation (REINFORCE++ sec. 3), for ``grpo``/``rloo`` added to the
     group-normalised advantage (see rlvr/advantages.py)."""
@@ -255,7 +256,7 @@ class CriticConfig(_Section):
 
 
 ALGORITHM_OF_ADVANTAGE = {"grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp", "gae": "ppo"}
-"""``algorithm.name`` of each ``advantage.type``: the group-relative estimators are their own algorithm; GAE is PPO's."""
+"""``algorithm.name`` of each ``advantage.type``: each group-relative estimator is its own algorithm; GAE is PPO's."""
 
 
 class AlgorithmConfig(_Section):
@@ -656,9 +657,9 @@ class Recipe(_Section):
         if critic.init is None:  # derived here, where the reward_model section is known; the resolved recipe says which
             object.__setattr__(critic, "init", "reward_model" if self.reward_model is not None else "policy")
         if critic.init == "reward_model" and self.reward_model is None and self.algorithm.name == "ppo":
-            raise ValueError("algorithm.critic.init='reward_model' needs a reward_model: section (the critic starts as a "
-                             "copy of reward_model.path); set algorithm.critic.init: policy for a value head on the "
-                             "policy's trunk")
+            raise ValueError("algorithm.critic.init='reward_model' needs a reward_model: section (the critic starts "
+                             "as a copy of reward_model.path); set algorithm.critic.init: policy for a value head on "
+                             "the policy's trunk")
         if r.group_size < 2 and (self.algorithm.advantage.type != "gae" or self.algorithm.dynamic_sampling.enabled):
             raise ValueError(f"rollout.group_size={r.group_size}: a group baseline ({self.algorithm.advantage.type}) "
                              "and dynamic sampling need at least 2 samples per prompt; group_size 1 is for PPO "
@@ -671,8 +672,8 @@ class Recipe(_Section):
                              "least one under verifiers:, or set reward.source: reward_model (with a reward_model: "
                              "section)")
         if not self.verifiers and self.reward.source == "both":
-            raise ValueError("reward.source='both' adds the verifiers' total to the reward model's score, but there are "
-                             "no verifiers: use reward.source: reward_model")
+            raise ValueError("reward.source='both' adds the verifiers' total to the reward model's score, but there "
+                             "are no verifiers: use reward.source: reward_model")
         if not self.verifiers and self.algorithm.dynamic_sampling.enabled and \
                 self.algorithm.dynamic_sampling.filter_on == "solved":
             raise ValueError("algorithm.dynamic_sampling.filter_on='solved' needs a verifier (the solved flag): list "
@@ -945,7 +946,8 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
 
 def describe_algorithm(recipe: Recipe) -> str:
     """One line naming what a resolved recipe trains with (``rlvr config show`` prints it above the YAML), e.g.
-    ``algorithm ppo (preset ppo): advantage gae, critic from the reward model runs/rm, KL k1 in the reward, beta 0.05``."""
+    ``algorithm ppo (preset ppo): advantage gae, critic from the reward model runs/rm, KL k1 in the reward, beta
+    0.05, reward from reward model``."""
     a = recipe.algorithm
     preset = f" (preset {recipe.preset})" if recipe.preset != "none" else ""
     parts = [f"advantage {a.advantage.type}"]

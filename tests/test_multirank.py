@@ -242,6 +242,41 @@ def test_zero2_with_unequal_micro_batch_counts_and_global_statistics(tmp_path):
                          moved_from=_weights(model_dir))
 
 
+def test_ppo_at_zero3_on_two_ranks_matches_one_rank(tmp_path):
+    """PPO against a reward model under ZeRO-3: the policy, the critic, the reference and the reward model are all
+    partitioned (the last two as ZeRO-3 inference engines, rlvr/trainer/sharded_inference.py), and a token budget
+    gives the ranks different micro-batch counts, so each model's idle passes must line up. 2 ranks train as 1."""
+    from rlvr.reward_model.model import RewardModel
+    from tests.tiny import build_tiny_model, build_tokenizer, write_addition_dataset
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    RewardModel.from_backbone(str(build_tiny_model(tmp_path / "rm_backbone", seed=3, init_std=0.2)), seed=1) \
+        .save(tmp_path / "rm", build_tokenizer())
+    runs = tmp_path / "runs"
+
+    def recipe() -> dict:
+        raw = _recipe(model_dir, data, 3, 2)
+        raw["algorithm"] = {"name": "ppo", "loss_agg": "token-mean", "ppo_epochs": 2, "kl": {"beta": 0.05},
+                            "critic": {"lr": 1e-2, "reward_normalize": True}}
+        raw["reward"] = {"num_workers": 1, "source": "reward_model"}
+        raw["reward_model"] = {"path": str(tmp_path / "rm"), "micro_batch_size": 3}
+        return raw
+
+    _torchrun(2, [{"recipe": recipe(), "run_dir": str(runs / "ppo-2ranks")}], tmp_path, "ppo_two_ranks")
+    _torchrun(1, [{"recipe": recipe(), "run_dir": str(runs / "ppo-1rank")}], tmp_path, "ppo_one_rank")
+    idle = [json.loads((runs / f"ppo-2ranks/idle-passes-rank{r}.json").read_text()) for r in (0, 1)]
+    assert sum(idle) > 0, idle  # the ranks did run different numbers of micro-batches
+    two, one = _metrics(runs / "ppo-2ranks"), _metrics(runs / "ppo-1rank")
+    _assert_same_metrics(two, one, "ppo zero-3, 2 ranks vs 1")
+    for a, b in zip(two, one, strict=True):
+        for key in ("reward/rm_mean", "critic/value_loss", "critic/explained_variance", "train/sqrt_kl_from_init"):
+            assert a[key] == pytest.approx(b[key], rel=2e-4, abs=1e-6), (a["step"], key, a[key], b[key])
+    _assert_same_weights(_weights(runs / "ppo-2ranks/checkpoints/step-2/model"),
+                         _weights(runs / "ppo-1rank/checkpoints/step-2/model"), "ppo zero-3 weights",
+                         moved_from=_weights(model_dir))
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
     worker_main(sys.argv[1])

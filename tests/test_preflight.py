@@ -4,6 +4,7 @@ to fail it, the memory arithmetic by hand, and every shipped recipe passing."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -274,11 +275,21 @@ def test_memory_holds_the_models_ppo_loads_from_the_recipe():
 
 def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):
     raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
+    raw["trainer"]["zero_stage"] = 2  # the weights whole on every rank
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "A100-40GB"])
     assert code == 1
-    assert "error   memory: 63.2 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
-           "largest part is reference weights (fp32, whole) (28.4 GiB): turn algorithm.kl.beta: 0" in out
+    assert "error   memory: 98.7 GiB per rank at the peak of training does not fit in 39.4 GiB (A100-40GB); the " \
+           "largest part is policy weights (fp32) (28.4 GiB): turn trainer.zero_stage: 3 (shards weights)" in out
+    assert re.search(r"reference weights \(fp32, whole\) +28.37 GiB", out)
     assert "vLLM's share of the GPU cannot hold its bf16 weights and one whole sequence" in out
+
+
+def test_under_zero3_the_reference_is_sharded_like_the_policy(tmp_path, capsys):
+    raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "H100-80GB"])
+    assert code == 0, out
+    assert re.search(r"reference weights \(fp32, ZeRO-3 / 8 ranks\) +3.55 GiB", out)  # 4 x 7.62e9 / 8
+    assert re.search(r"peak \(generation\) +42.99 GiB", out)  # as the recipe's header says
 
 
 def test_device_memory_names_and_sizes():

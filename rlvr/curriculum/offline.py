@@ -181,8 +181,8 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
             recipe's rollout engine on the recipe's model (loaded only then).
         progress: show the progress bar. on_chunk: called with the number of prompts measured after each flush.
     Raises:
-        FilterError: bad arguments, a recipe without verifiers, or an ``out_path`` from another run. DataError, ModelLoadError,
-        UnknownVerifierError: before any model is loaded.
+        FilterError: bad arguments, a recipe without verifiers, or an ``out_path`` from another run.
+        DataError, ModelLoadError, UnknownVerifierError: before any model is loaded.
     """
     if k < 1:
         raise FilterError(f"--k must be >= 1, got {k}")

@@ -7,8 +7,9 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - each trainable model (the policy; a critic): weights 4N (/R under Z = 3), gradients 4N (/R under Z >= 2), Adam's two
   moments 8N (/R under Z >= 1; on the host with ``trainer.offload_optimizer``), and under Z = 3 two gathered blocks
   (the current layer and the prefetched one) in fp32. ZeRO: Rajbhandari et al., 1910.02054, section 5.
-- each frozen model (the reference policy; each reward model of an ensemble): fp32 weights 4N, not sharded (the
-  trainer loads it whole).
+- each frozen model (the reference policy; each reward model of an ensemble): fp32 weights 4N, whole below ZeRO-3;
+  under Z = 3 a ZeRO-3 inference engine partitions it too (4N/R, :mod:`rlvr.trainer.sharded_inference`); the layers it
+  gathers in its own forwards are transient and counted with the policy's.
 - activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
   planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
   per block of a Llama-style layer (:func:`block_activation_bytes_per_token`; SDPA/flash attention keeps no L x L
@@ -216,10 +217,12 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
         shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
         n = shape.params
         if not trained:
-            parts.append(Part(f"{role} weights (fp32, whole)", 4 * n, "resident",
-                              ("algorithm.kl.beta: 0 (no reference model)" if r.algorithm.name != "ppo" else
-                               "a smaller policy (PPO always holds the reference)") if role == "reference" else
-                              "a smaller reward model, or fewer in the ensemble"))
+            knob = ("algorithm.kl.beta: 0 (no reference model)" if r.algorithm.name != "ppo" else
+                    "a smaller policy (PPO always holds the reference)") if role == "reference" else \
+                "a smaller reward model, or fewer in the ensemble"
+            parts.append(Part(f"{role} weights (fp32, {'ZeRO-3 / %d ranks' % ranks if z == 3 else 'whole'})",
+                              4 * n / (ranks if z == 3 else 1), "resident",
+                              knob if z == 3 else f"{knob}, or trainer.zero_stage: 3 (shards it)"))
             continue
         parts.append(Part(f"{role} weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
                           4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))

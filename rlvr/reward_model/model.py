@@ -141,12 +141,7 @@ class RewardModel(torch.nn.Module):
 
         Padding may be on either side (or mixed); positions are counted over real tokens only.
         """
-        index = last_token_index(attention_mask)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
-        last = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]  # (N, d)
-        with torch.autocast(device_type=last.device.type, enabled=False):  # the head in fp32
-            return self.head(last.float()).squeeze(-1)
+        return score_at_last_token(self.backbone, self.head, input_ids, attention_mask)
 
     @torch.no_grad()
     def score(self, sequences: list[list[int]], pad_id: int, micro_batch_size: int = 16,
@@ -165,6 +160,19 @@ class RewardModel(torch.nn.Module):
         finally:
             self.train(was_training)
         return torch.cat(out) if out else torch.zeros(0)
+
+
+def score_at_last_token(backbone: torch.nn.Module, head: torch.nn.Module, input_ids: Tensor,
+                        attention_mask: Tensor) -> Tensor:
+    """(N,) fp32: ``head`` (fp32, outside autocast) on ``backbone``'s hidden state at each row's last real token
+    (:func:`last_token_index`) of (N, L) padded sequences; positions skip padding. :meth:`RewardModel.forward`, and
+    the ZeRO-3 sharded copy of :mod:`rlvr.trainer.sharded_inference`."""
+    index = last_token_index(attention_mask)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                      position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
+    last = hidden[torch.arange(hidden.shape[0], device=hidden.device), index]  # (N, d)
+    with torch.autocast(device_type=last.device.type, enabled=False):  # the head in fp32
+        return head(last.float()).squeeze(-1)
 
 
 def resolve_reward_model_dir(path: str | Path) -> Path:

@@ -88,8 +88,8 @@ class VerifierRewards:
         return RewardScores(
             rewards=torch.tensor([r.total for r in results], dtype=torch.float32),
             # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
-            solved=torch.tensor([self.solved_label is not None and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
-                                 for r in results],
+            solved=torch.tensor([self.solved_label is not None
+                                 and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9 for r in results],
                                 dtype=torch.bool),
             valid=torch.tensor([not (self.drop_failed and r.failures) for r in results], dtype=torch.bool),
             results=results)
@@ -113,10 +113,15 @@ class RewardModelRewards:
         add_verifiers: ``reward.source: both``: the optimised reward is the verifiers' total plus ``rm_weight`` x the
             model's score; else (``reward_model``) ``rm_weight`` x the model's score alone.
         rm_weight: see ``add_verifiers``.
+        collective: the members are ZeRO-3 sharded (:mod:`rlvr.trainer.sharded_inference`), so every forward is a
+            collective: ranks score in the same number of micro-batches, a rank with fewer (or no) completions scoring
+            one-token sequences to make up the count.
     """
 
     def __init__(self, model: Any, verifiers: VerifierRewards, *, pad_id: int, micro_batch_size: int,
-                 autocast_dtype: torch.dtype | None, add_verifiers: bool, rm_weight: float) -> None:
+                 autocast_dtype: torch.dtype | None, add_verifiers: bool, rm_weight: float,
+                 collective: bool = False) -> None:
+        self.collective = collective
         self.model = model
         self.verifiers = verifiers
         self.labels = verifiers.labels
@@ -131,12 +136,26 @@ class RewardModelRewards:
         """Verifiers on every completion, then the reward model on every (prompt + completion) token sequence."""
         scores = self.verifiers.score(batch, samples)
         sequences = [list(batch.prompt_of(i).token_ids) + list(c.token_ids) for i, c in enumerate(batch.completions)]
-        rm = self.model.score(sequences, self.pad_id, self.micro_batch_size, self.autocast_dtype)[0] \
-            if sequences else torch.zeros(0)
-        rm = rm.float()
+        rm = self._score(sequences).float()
         scores.rewards = (scores.rewards if self.add_verifiers else torch.zeros_like(rm)) + self.rm_weight * rm
         scores.rm_scores = rm
         return scores
+
+    def _score(self, sequences: list[list[int]]) -> Tensor:
+        """(N,) aggregated scores; with ``collective``, padded with idle forwards to the largest micro-batch count over
+        ranks."""
+        mbs = self.micro_batch_size
+        if not self.collective:
+            return self.model.score(sequences, self.pad_id, mbs, self.autocast_dtype)[0] if sequences \
+                else torch.zeros(0)
+        from rlvr.trainer.distributed import all_reduce_max
+
+        chunks = [sequences[s:s + mbs] for s in range(0, len(sequences), mbs)]
+        passes = all_reduce_max(len(chunks))  # before any forward: each forward is itself a collective
+        scores = [self.model.score(chunk, self.pad_id, mbs, self.autocast_dtype)[0] for chunk in chunks]
+        for _ in range(passes - len(chunks)):  # join the other ranks' parameter gathers
+            self.model.score([[self.pad_id]], self.pad_id, mbs, self.autocast_dtype)
+        return torch.cat(scores) if scores else torch.zeros(0)
 
     def close(self) -> None:
         self.verifiers.close()

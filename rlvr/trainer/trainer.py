@@ -11,7 +11,8 @@ Usage::
 The driver only sequences stages; each has its own module:
 
 - models: :mod:`rlvr.trainer.workers` (policy, reference: one :class:`ModelWorker` each; DeepSpeed set-up in
-  :mod:`rlvr.trainer.deepspeed_setup`);
+  :mod:`rlvr.trainer.deepspeed_setup`; the critic in :mod:`rlvr.trainer.critic`; under ZeRO-3 the reference and the
+  reward models are sharded too, :mod:`rlvr.trainer.sharded_inference`);
 - rewards: :mod:`rlvr.trainer.reward_sources` (verifiers behind one ``score`` interface);
 - rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`;
 - the algorithm (what it needs, advantages (N, T)): :mod:`rlvr.trainer.algorithms`;
@@ -57,6 +58,7 @@ from rlvr.trainer.policy_objective import PolicyObjective
 from rlvr.trainer.progress import phase
 from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
 from rlvr.trainer.run_loop import RunLoop
+from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
 from rlvr.trainer.stages import StageTimer
 from rlvr.trainer.update_loop import run_update
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
@@ -135,16 +137,20 @@ class RLTrainer(RunLoop):
         self.autocast_dtype = self.precision.autocast_dtype
         self.reward_model = self._load_reward_model() if r.reward.source != "verifiers" else None
         self.ref_model = None
+        ref_engine = None
         if needs.reference:
             with phase("loading the reference model", self.dist.is_main):
                 self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
+            if self.sharded_frozen_models:
+                with phase("sharding the reference model (ZeRO-3 inference)", self.dist.is_main):
+                    ref_engine = build_inference_engine(self.ref_model, r.trainer)
         with phase(f"DeepSpeed engine (ZeRO-{r.trainer.zero_stage}, {self.dist.world_size} rank(s))",
                    self.dist.is_main):
             a = r.algorithm
             self.engine = build_engine(self.model, r.optim, r.trainer, r.trainer.steps * a.ppo_epochs * a.mini_batches)
         self.policy = self._worker(self.model, self.engine)
-        self.reference = self._worker(self.ref_model, None) if self.ref_model is not None else None
+        self.reference = self._worker(self.ref_model, ref_engine) if self.ref_model is not None else None
         self.critic = build_critic(r, model_path, self.dist, int(self.tokenizer.pad_token_id),
                                    self.autocast_dtype) if needs.critic else None
         with phase(f"rollout engine ({r.rollout.engine})",
@@ -186,9 +192,20 @@ class RLTrainer(RunLoop):
                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
                            gradient_checkpointing=r.model.gradient_checkpointing)
 
+    @property
+    def sharded_frozen_models(self) -> bool:
+        """Under ``trainer.zero_stage: 3`` the reference and the reward model(s) are ZeRO-3 inference engines,
+        partitioned like the policy (:mod:`rlvr.trainer.sharded_inference`); below it, whole frozen copies."""
+        return self.recipe.trainer.zero_stage == 3
+
     def _release(self) -> None:
         if self.critic is not None:
             self.critic.engine.destroy()
+        if self.reference is not None and self.reference.engine is not None:
+            self.reference.engine.destroy()
+        for member in getattr(self.reward_model, "members", []):
+            if hasattr(member, "destroy"):
+                member.destroy()
 
     def _build_rollout_engine(self) -> Any:
         r = self.recipe
@@ -221,7 +238,7 @@ class RLTrainer(RunLoop):
         return RewardModelRewards(self.reward_model, verifiers, pad_id=int(self.tokenizer.pad_token_id),
                                   micro_batch_size=r.reward_model.micro_batch_size,
                                   autocast_dtype=self.autocast_dtype, add_verifiers=r.reward.source == "both",
-                                  rm_weight=r.reward.rm_weight)
+                                  rm_weight=r.reward.rm_weight, collective=self.sharded_frozen_models)
 
     def _load_reward_model(self) -> Any:
         """The ``reward_model:`` section's model or ensemble, frozen, on this rank's device."""
@@ -233,6 +250,9 @@ class RLTrainer(RunLoop):
             ensemble = RewardModelEnsemble.load(paths, cfg.aggregate, cfg.k)
         for member in ensemble.members:
             member.to(self.dist.device).eval().requires_grad_(False)
+        if self.sharded_frozen_models:
+            with phase("sharding the reward model(s) (ZeRO-3 inference)", self.dist.is_main):
+                ensemble = shard_ensemble(ensemble, self.recipe.trainer)
         return ensemble
 
     @property
