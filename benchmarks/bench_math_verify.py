@@ -29,10 +29,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from verifiers import verifier  # noqa: E402
-from verifiers.math_answer import math_equal  # noqa: E402
-from verifiers.pool import Call, Status, VerifierPool  # noqa: E402
-from verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
+from rlvr.verifiers import verifier  # noqa: E402
+from rlvr.verifiers.math_answer import math_equal  # noqa: E402
+from rlvr.verifiers.pool import Call, Status, VerifierPool  # noqa: E402
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
 
 HACKING_CATEGORIES = {"units", "tiny_huge_numbers", "hedging", "extraction_response", "decimal_vs_exact",
                       "plus_minus", "pathological", "multiple_choice"}
@@ -144,7 +144,7 @@ def _cpu_seconds() -> float:
 
 
 def _clear_parse_caches() -> None:
-    from verifiers import math_parse
+    from rlvr.verifiers import math_parse
 
     math_parse._parse_top.cache_clear()
     math_parse._latex_to_sympy.cache_clear()
@@ -168,7 +168,7 @@ def main() -> None:
         ours = judge_all(cases, "math", args.timeout)
         rows += [(corpus, accuracy_row("plain math-verify (defaults)", cases, plain)),
                  (corpus, accuracy_row("plain math-verify, gold in $...$", cases, wrapped)),
-                 (corpus, accuracy_row("ours (verifiers.math_answer)", cases, ours))]
+                 (corpus, accuracy_row("ours (rlvr.verifiers.math_answer)", cases, ours))]
         misses[corpus] = [c["id"] for c, (acc, _) in zip(cases, ours, strict=True) if (acc is True) != c["equal"]]
         if corpus == "dev":
             hang_ids = {c["id"] for c, (acc, _) in zip(cases, plain, strict=True) if acc is None}

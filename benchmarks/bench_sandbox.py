@@ -12,7 +12,7 @@ Designs (all run the same in-sandbox driver, with the same limits and as many pa
   bwrap-exec / bwrap-fork   one bubblewrap sandbox per batch of up to 16 programs, without / with it;
   reward-per-sample / reward-batch   the `code` verifier inside a `RewardFunction` (2 worker processes), one
                pool call per sample (as before the batch hook) or the whole set in one batch call (the
-               batch hook: one `sandbox.run_many`); on Docker, with the fork server.
+               batch hook: one `rlvr.sandbox.run_many`); on Docker, with the fork server.
 Workloads: small stdio programs (3 tests each, every other one wrong) in Python, C, C++, Java and
 JavaScript (compile time included), and the labelled cases of shared/cases/code_dev.jsonl without the
 ones whose tests run into the time limit (those only measure waiting). `pass/fail = label` counts
@@ -33,19 +33,20 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import sandbox.batch  # noqa: E402
-import sandbox.scheduler  # noqa: E402
-from sandbox import Job, Limits  # noqa: E402
-from sandbox.backends import get_backend  # noqa: E402
-from sandbox.backends.base import Backend  # noqa: E402
-from sandbox.backends.docker_backend import DockerBackend, ExecChannel, image_name  # noqa: E402
-from sandbox.backends.docker_pool import ContainerPool, ContainerSpec  # noqa: E402
-from sandbox.batch import BatchOutcome, request_bytes, run_batch  # noqa: E402
-from sandbox.judge import judge  # noqa: E402
-from sandbox.scheduler import execute  # noqa: E402
-from verifiers import verifier  # noqa: E402
-from verifiers.code import code_reward  # noqa: E402
-from verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
+import rlvr.sandbox.batch  # noqa: E402
+import rlvr.sandbox.scheduler  # noqa: E402
+from rlvr import sandbox  # noqa: E402
+from rlvr.sandbox import Job, Limits  # noqa: E402
+from rlvr.sandbox.backends import get_backend  # noqa: E402
+from rlvr.sandbox.backends.base import Backend  # noqa: E402
+from rlvr.sandbox.backends.docker_backend import DockerBackend, ExecChannel, image_name  # noqa: E402
+from rlvr.sandbox.backends.docker_pool import ContainerPool, ContainerSpec  # noqa: E402
+from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch  # noqa: E402
+from rlvr.sandbox.judge import judge  # noqa: E402
+from rlvr.sandbox.scheduler import execute  # noqa: E402
+from rlvr.verifiers import verifier  # noqa: E402
+from rlvr.verifiers.code import code_reward  # noqa: E402
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
 
 CASES = Path("/work/shared/cases/code_dev.jsonl")
 OUT = ROOT / "benchmarks" / "results" / "sandbox.md"

@@ -31,7 +31,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from rlvr.embedded import EmbeddedModelError
     from rlvr.models import ModelLoadError
     from rlvr.preflight import PreflightError
-    from verifiers.registry import UnknownVerifierError
+    from rlvr.verifiers.registry import UnknownVerifierError
 
     return (RecipeError, DataError, ModelLoadError, EmbeddedModelError, UnknownVerifierError, PreflightError,
             FileNotFoundError, FileExistsError)
@@ -119,11 +119,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from rlvr.config import dump_recipe, load_any_recipe
+    from rlvr.config import Recipe, describe_algorithm, dump_recipe, load_any_recipe
 
     for path in args.recipes:
         recipe = load_any_recipe(path, args.set)
         if args.action == "show":
+            if isinstance(recipe, Recipe):
+                print(f"# {describe_algorithm(recipe)}")
             print(dump_recipe(recipe))
         else:
             print(f"{path}: schema ok (keys, types, values; `rlvr check {path}` also checks the data, model, "

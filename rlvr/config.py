@@ -1,7 +1,9 @@
 """The recipe schema: one pydantic model per section, validated before any expensive work starts.
 
-A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``) expands into explicit keys under the
-user's own (the user's values win); ``--set a.b=value`` overrides any key. The resolved recipe, with every default
+A recipe is YAML. ``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``, ``ppo``) expands into explicit
+keys under the user's own (the user's values win); ``--set a.b=value`` overrides any key. ``algorithm.name`` is the
+algorithm's kind (``grpo``, ``rloo``, ``reinforce_pp``: group-relative; ``ppo``: a critic and GAE); it and
+``algorithm.advantage.type`` fill each other in (:func:`_derive_algorithm_kind`), and a contradiction is an error. The resolved recipe, with every default
 spelled out, is written into the run directory as ``recipe.resolved.yaml``.
 
 This module imports no torch, so ``rlvr config check`` is instant.
@@ -102,7 +104,7 @@ class RolloutConfig(_Section):
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
     group_size: int = Field(8, ge=1)
-    """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``advantage.type: gae``)."""
+    """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``algorithm.name: ppo``)."""
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
@@ -183,12 +185,14 @@ class KLConfig(_Section):
     beta: float = Field(0.0, ge=0)
     """KL coefficient toward the frozen reference policy; 0 = no reference model is loaded at all."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Schulman's estimators (joschu.net/blog/kl-approx.html), with log r = log pi_ref - log pi: k1 = -log r
+    """Default ``k3``, but ``k1`` (InstructGPT's, TRL's) for ``algorithm.name: ppo`` when the recipe leaves it out.
+    Schulman's estimators (joschu.net/blog/kl-approx.html), with log r = log pi_ref - log pi: k1 = -log r
     (unbiased, the usual choice in the reward), k2 = (log r)^2 / 2 (its gradient in the loss is the reverse-KL
     gradient), k3 = r - 1 - log r (unbiased, >= 0; GRPO's choice in the loss). k1 in the loss is refused: its
     expected gradient is zero (E[grad log pi] = 0), so it would do nothing on average."""
     placement: Literal["loss", "reward"] = "loss"
-    """``loss``: beta * KL added to the per-token loss (GRPO). ``reward``: each token's reward gets -beta * KL (the
+    """Default ``loss``, but ``reward`` for ``algorithm.name: ppo`` (set by :func:`_derive_algorithm_kind` when the
+    recipe leaves it out). ``loss``: beta * KL added to the per-token loss (GRPO). ``reward``: each token's reward gets -beta * KL (the
     configured estimator, on the pre-update log-probs), summed into the return of the tokens before it; for
     ``reinforce_pp`` before the batch normalisation (REINFORCE++ sec. 3), for ``grpo``/``rloo`` added to the
     group-normalised advantage (see rlvr/advantages.py)."""
@@ -224,9 +228,15 @@ class DynamicSamplingConfig(_Section):
 
 
 class CriticConfig(_Section):
-    """The value model of ``advantage.type: gae`` (PPO): a scalar head on a copy of the policy's trunk, trained by the
-    same update loop as the policy with its own optimizer."""
+    """The value model of ``algorithm.name: ppo`` (``advantage.type: gae``): a scalar head on a causal-LM trunk (the
+    reward model's or the policy's, ``init``), trained by the same update loop as the policy with its own optimizer."""
 
+    init: Literal["reward_model", "policy"] | None = None
+    """Where the critic's weights come from. ``reward_model``: a copy of the reward model (``reward_model.path``, the
+    first of ``reward_model.paths`` for an ensemble), trunk *and* trained head, as InstructGPT (2203.02155 sec. 3.5),
+    TRL's PPO scripts and OpenRLHF do (OpenRLHF draws a fresh head only when the critic starts from the policy).
+    ``policy``: the policy's trunk with a new head, normal(0, 1/sqrt(d+1)). ``None`` (the default): ``reward_model``
+    when the recipe has a ``reward_model:`` section, else ``policy``; the resolved recipe spells out which."""
     lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
     value_clip: float | None = Field(0.2, gt=0)
     """PPO value clipping around the rollout-time values (in reward units); ``None`` = plain squared error."""
@@ -244,10 +254,21 @@ class CriticConfig(_Section):
     policy starts to follow the advantages."""
 
 
+ALGORITHM_OF_ADVANTAGE = {"grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp", "gae": "ppo"}
+"""``algorithm.name`` of each ``advantage.type``: the group-relative estimators are their own algorithm; GAE is PPO's."""
+
+
 class AlgorithmConfig(_Section):
+    name: Literal["grpo", "rloo", "reinforce_pp", "ppo"] | None = None
+    """The algorithm's kind: ``grpo``, ``rloo``, ``reinforce_pp`` (a group-relative baseline, no critic) or ``ppo``
+    (a critic, per-token rewards with the KL penalty in them, GAE; ``rollout.group_size: 1`` allowed). It implies
+    ``advantage.type`` (``ppo`` -> ``gae``, the others -> themselves) and, for ``ppo``, ``kl.placement: reward`` and
+    ``kl.estimator: k1`` where the recipe leaves them out; ``None``: read from ``advantage.type``. A name that
+    contradicts ``advantage.type`` is an error. ``preset: ppo`` sets it with TRL-style defaults
+    (:mod:`rlvr.presets`)."""
     advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
     critic: CriticConfig = Field(default_factory=CriticConfig)
-    """Used by ``advantage.type: gae`` only."""
+    """Used by ``name: ppo`` (``advantage.type: gae``) only."""
     policy_loss: Literal["ppo_clip", "cispo"] = "ppo_clip"
     """``ppo_clip``: PPO's clipped surrogate (a clipped token gets no gradient). ``cispo`` (MiniMax-M1, 2506.13585):
     a clipped, stop-gradient importance weight times the log-prob, so no token's gradient is dropped; the weight is
@@ -276,6 +297,37 @@ class AlgorithmConfig(_Section):
     tis_cap: float | None = Field(None, gt=0)
     """Truncated importance sampling: weight each token by min(pi_train/pi_rollout, cap) when the rollout engine's
     logprobs differ from the trainer's (vLLM); ``None`` = off."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive_kind(cls, data: Any) -> Any:
+        return _derive_algorithm_kind(data)
+
+
+def _derive_algorithm_kind(data: Any) -> Any:
+    """The one place ``algorithm.name`` and what it implies are filled in (on the raw ``algorithm`` mapping, before
+    validation): ``name`` from ``advantage.type`` or ``advantage.type`` from ``name``; for ``ppo``, ``kl.placement:
+    reward`` and ``kl.estimator: k1`` where absent. Keys the recipe gives are never changed (a contradiction is
+    reported by :func:`_validate_algorithm`)."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    advantage = data.get("advantage")
+    adv_type = advantage.get("type") if isinstance(advantage, dict) else getattr(advantage, "type", None)
+    name = data.get("name")
+    if name is None and adv_type in ALGORITHM_OF_ADVANTAGE:
+        data["name"] = name = ALGORITHM_OF_ADVANTAGE[adv_type]
+    elif name is None and adv_type is None:
+        data["name"] = name = "grpo"  # the schema's default estimator
+    if adv_type is None and isinstance(name, str):
+        implied = {v: k for k, v in ALGORITHM_OF_ADVANTAGE.items()}.get(name)
+        if implied is not None:
+            data["advantage"] = {**(advantage if isinstance(advantage, dict) else {}), "type": implied}
+    if name == "ppo":
+        kl = data.get("kl")
+        if kl is None or isinstance(kl, dict):
+            data["kl"] = {"placement": "reward", "estimator": "k1", **(kl or {})}
+    return data
 
 
 # ----------------------------------------------------------------------------------------------------------- optim
@@ -564,12 +616,14 @@ class RewardModelRecipe(_Section):
 class Recipe(_Section):
     """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
 
-    preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "gspo", "cispo", "none"] = "none"
+    preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "gspo", "cispo", "ppo", "none"] = "none"
     seed: int = 0
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    verifiers: list[VerifierConfig] = Field(min_length=1)
+    verifiers: list[VerifierConfig] = Field(default_factory=list)
+    """Rule-based rewards. At least one with ``optimise: true`` under ``reward.source: verifiers``; under
+    ``reward_model`` they are all gold scores, and the list may be empty (no solve rate, no pass@k eval then)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
@@ -598,13 +652,34 @@ class Recipe(_Section):
                 raise ValueError(f"curriculum.stages (step {stage.step}): max_new_tokens={stage.max_new_tokens} "
                                  f"exceeds rollout.max_new_tokens={r.max_new_tokens}, the run's largest limit")
         _validate_algorithm(self.algorithm)
+        critic = self.algorithm.critic
+        if critic.init is None:  # derived here, where the reward_model section is known; the resolved recipe says which
+            object.__setattr__(critic, "init", "reward_model" if self.reward_model is not None else "policy")
+        if critic.init == "reward_model" and self.reward_model is None and self.algorithm.name == "ppo":
+            raise ValueError("algorithm.critic.init='reward_model' needs a reward_model: section (the critic starts as a "
+                             "copy of reward_model.path); set algorithm.critic.init: policy for a value head on the "
+                             "policy's trunk")
         if r.group_size < 2 and (self.algorithm.advantage.type != "gae" or self.algorithm.dynamic_sampling.enabled):
             raise ValueError(f"rollout.group_size={r.group_size}: a group baseline ({self.algorithm.advantage.type}) "
                              "and dynamic sampling need at least 2 samples per prompt; group_size 1 is for PPO "
-                             "(algorithm.advantage.type: gae) without dynamic sampling")
+                             "(algorithm.name: ppo) without dynamic sampling")
         if self.reward.source != "verifiers" and self.reward_model is None:
             raise ValueError(f"reward.source={self.reward.source!r} needs a reward_model: section (reward_model.path: "
                              "a folder written by `rlvr rm train`)")
+        if self.reward.source == "verifiers" and not self.verifiers:
+            raise ValueError("no verifiers and reward.source='verifiers': nothing scores the completions; list at "
+                             "least one under verifiers:, or set reward.source: reward_model (with a reward_model: "
+                             "section)")
+        if not self.verifiers and self.reward.source == "both":
+            raise ValueError("reward.source='both' adds the verifiers' total to the reward model's score, but there are "
+                             "no verifiers: use reward.source: reward_model")
+        if not self.verifiers and self.algorithm.dynamic_sampling.enabled and \
+                self.algorithm.dynamic_sampling.filter_on == "solved":
+            raise ValueError("algorithm.dynamic_sampling.filter_on='solved' needs a verifier (the solved flag): list "
+                             "one (optimise: false is enough) or set filter_on: reward")
+        if not self.verifiers and self.curriculum.sampler == "pools":
+            raise ValueError("curriculum.sampler='pools' draws by solve rate, which needs a verifier: list one "
+                             "(optimise: false is enough) or use sampler: epoch")
         if self.reward.source == "verifiers" and not any(v.optimise for v in self.verifiers):
             raise ValueError("every verifier has optimise: false and reward.source='verifiers': nothing is optimised; "
                              "set optimise: true on one, or reward.source: reward_model")
@@ -615,12 +690,24 @@ class Recipe(_Section):
         return self
 
     @property
-    def solved_verifier(self) -> str:
-        return self.reward.solved_verifier or self.verifiers[0].name
+    def solved_verifier(self) -> str | None:
+        """The verifier whose score 1 means solved (``reward.solved_verifier``, else the first listed); ``None`` for a
+        recipe without verifiers (a reward model alone: no solve rate, no pass@k)."""
+        if self.reward.solved_verifier is not None:
+            return self.reward.solved_verifier
+        return self.verifiers[0].name if self.verifiers else None
 
 
 def _validate_algorithm(a: AlgorithmConfig) -> None:
     """Combinations that would silently do something else than they say."""
+    implied = ALGORITHM_OF_ADVANTAGE[a.advantage.type]
+    if a.name != implied:
+        want = {v: k for k, v in ALGORITHM_OF_ADVANTAGE.items()}[a.name]
+        why = " (PPO's advantages come from a critic)" if a.name == "ppo" else \
+            " (GAE needs a critic: that is algorithm.name 'ppo')" if a.advantage.type == "gae" else ""
+        raise ValueError(f"algorithm.name={a.name!r} contradicts algorithm.advantage.type={a.advantage.type!r}: "
+                         f"{a.name} uses advantage.type {want!r}{why}; remove one of the two keys (a preset may have "
+                         "set it: `rlvr config show` prints the expansion)")
     if a.advantage.type == "gae" and a.kl.beta > 0 and a.kl.placement != "reward":
         raise ValueError("algorithm.advantage.type='gae' (PPO) puts the KL penalty in the per-token reward: set "
                          "algorithm.kl.placement='reward' (estimator 'k1' is the InstructGPT choice)")
@@ -770,10 +857,23 @@ def resolve(raw: dict) -> Recipe:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise RecipeError(f"unknown preset {preset!r}{hint} (valid: {', '.join(PRESETS)})")
     merged = _deep_merge(PRESETS[preset], raw)
+    _refuse_preset_contradiction(preset, raw)
     try:
         return Recipe.model_validate(merged)
     except ValidationError as err:
         raise RecipeError(format_validation_error(err)) from None
+
+
+def _refuse_preset_contradiction(preset: str, raw: dict) -> None:
+    """``algorithm.name`` in the recipe against the ``advantage.type`` its preset sets (e.g. ``preset: grpo`` with
+    ``algorithm.name: ppo``): named here, where the preset is known. Raises RecipeError."""
+    name = (raw.get("algorithm") or {}).get("name") if isinstance(raw.get("algorithm"), dict) else None
+    own_type = ((raw.get("algorithm") or {}).get("advantage") or {}).get("type") if name else None
+    preset_type = PRESETS[preset].get("algorithm", {}).get("advantage", {}).get("type")
+    if name and own_type is None and preset_type and ALGORITHM_OF_ADVANTAGE.get(preset_type, name) != name:
+        raise RecipeError(f"algorithm.name={name!r} contradicts preset {preset!r}, which sets algorithm.advantage.type="
+                          f"{preset_type!r} ({ALGORITHM_OF_ADVANTAGE[preset_type]}): use "
+                          f"{'preset: ppo' if name == 'ppo' else 'another preset'}, or drop algorithm.name")
 
 
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
@@ -800,6 +900,11 @@ def recipe_changes(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
+ADDED_KEYS = ("algorithm.name", "algorithm.critic.init")
+"""Keys added to the schema after runs were written: a saved ``recipe.resolved.yaml`` without them matches any value
+(``algorithm.name`` is derived from ``advantage.type``, which is compared; a resumed critic's weights come from its
+checkpoint whatever ``critic.init`` says)."""
+
 AUTO_KEYS = ("rollout.engine", "trainer.precision")
 """Keys whose ``auto`` value is resolved at start; on resume, ``auto`` matches whatever the run resolved it to."""
 
@@ -817,7 +922,10 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
         RecipeError: listing every changed key that is not allowed, with both values; or a change to a key in
             :data:`RESTORED_FROM_CHECKPOINT` (allowed or not: the checkpoint would silently override it).
     """
-    changes = recipe_changes(yaml.safe_load(saved_yaml) or {}, recipe.model_dump(mode="json"))
+    saved = yaml.safe_load(saved_yaml) or {}
+    changes = recipe_changes(saved, recipe.model_dump(mode="json"))
+    saved_keys = flatten_keys(saved)
+    changes = {k: v for k, v in changes.items() if not (k in ADDED_KEYS and k not in saved_keys)}
     # ``auto`` resolves per machine and the run records what it chose (``rollout.engine: hf``): auto matches it
     changes = {k: (old, new) for k, (old, new) in changes.items() if not (k in AUTO_KEYS and new == "auto")}
     overridden = [k for k in changes if k in RESTORED_FROM_CHECKPOINT]
@@ -833,6 +941,21 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
         flags = " ".join(f"--allow-changed {k}" for k in refused)
         raise RecipeError(f"--resume: the recipe differs from the run's recipe.resolved.yaml in {len(refused)} "
                           f"key(s):\n{lines}\nresume with the run's recipe, or accept the changes with {flags}")
+
+
+def describe_algorithm(recipe: Recipe) -> str:
+    """One line naming what a resolved recipe trains with (``rlvr config show`` prints it above the YAML), e.g.
+    ``algorithm ppo (preset ppo): advantage gae, critic from the reward model runs/rm, KL k1 in the reward, beta 0.05``."""
+    a = recipe.algorithm
+    preset = f" (preset {recipe.preset})" if recipe.preset != "none" else ""
+    parts = [f"advantage {a.advantage.type}"]
+    if a.name == "ppo":
+        rm = recipe.reward_model
+        parts.append(f"critic from the reward model {rm.path or rm.paths[0]}" if a.critic.init == "reward_model"
+                     and rm is not None else "critic on the policy's trunk")
+    parts.append(f"KL {a.kl.estimator} in the {a.kl.placement}, beta {a.kl.beta}" if a.kl.beta > 0 else "no KL penalty")
+    parts.append(f"reward from {recipe.reward.source.replace('_', ' ')}")
+    return f"algorithm {a.name}{preset}: {', '.join(parts)}"
 
 
 def dump_recipe(recipe: Recipe) -> str:

@@ -16,8 +16,11 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
 
     Raises:
         DataError, ModelLoadError, UnknownVerifierError, VerifierKwargsError, PreflightError: before the model is
-        loaded.
+        loaded. ValueError: an empty eval split, or a recipe without verifiers (pass@k needs one to say "solved").
     """
+    if recipe.solved_verifier is None:
+        raise ValueError("rlvr eval measures pass@k with the recipe's solved verifier, and the recipe lists no "
+                         "verifiers: add one (optimise: false is enough under reward.source: reward_model)")
     with recipe_inputs(recipe, CheckOptions(training=False, command="eval")) as inputs:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
         if not prompts:

@@ -19,7 +19,7 @@ from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.distributed import all_gather_objects
 from rlvr.verifier_inputs import sample_dict
-from verifiers.reward import RewardFunction
+from rlvr.verifiers.reward import RewardFunction
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -97,7 +97,7 @@ def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: Rewa
     Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
     ``top_p``/``top_k`` should be the rollout's (the policy is evaluated as it was trained to sample; 0 = no top-k).
     """
-    from verifiers.math_answer import extract_answer
+    from rlvr.verifiers.math_answer import extract_answer
 
     if temperature == 0:
         k = 1

@@ -18,9 +18,9 @@ from rlvr.data.sources import load_rows
 from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 from rlvr.precision import announce_precision, choose_precision
 from rlvr.preflight import CheckOptions, print_run_findings, run_checks
-from rlvr.verifier_inputs import check_verifier_kwargs, verifier_specs
-from verifiers.registry import get_verifier
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifier_inputs import check_verifier_kwargs, open_reward_pool, verifier_specs
+from rlvr.verifiers.registry import get_verifier
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 @dataclass
@@ -29,7 +29,7 @@ class RecipeInputs:
     model_path: str
     tokenizer: Any
     prompt_set: PromptSet
-    reward_fn: RewardFunction
+    reward_fn: RewardFunction  # or verifier_inputs.NoVerifiers (same interface) for a recipe without verifiers
 
 
 def open_recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> RecipeInputs:
@@ -51,7 +51,7 @@ def open_recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> Re
     model_path = resolve_model_path(recipe.model.name)
     if recipe.trainer.num_threads:
         torch.set_num_threads(recipe.trainer.num_threads)
-    reward_fn = RewardFunction(specs, num_workers=recipe.reward.num_workers, failure_score=recipe.reward.failure_score)
+    reward_fn = open_reward_pool(recipe, specs)  # no verifiers (a reward model alone): a stand-in without workers
     try:
         tokenizer = load_tokenizer(model_path, recipe.model)
         prompt_set = build_prompt_set(rows, tokenizer, recipe.data, seed=recipe.seed)

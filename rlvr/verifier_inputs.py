@@ -14,7 +14,47 @@ from typing import Any
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import Completion
-from verifiers.reward import VerifierSpec
+from rlvr.verifiers.reward import VerifierSpec
+
+
+class NoVerifiers:
+    """The reward pool of a recipe with no verifiers at all (``reward.source: reward_model`` and ``verifiers: []``):
+    the interface of :class:`rlvr.verifiers.reward.RewardFunction` without worker processes; every completion gets total 0
+    and no per-verifier scores (the reward model's score is the reward)."""
+
+    specs: list[VerifierSpec] = []
+    labels: list[str] = []
+
+    def score(self, completions: list[str], samples: list[dict], on_progress: Any = None) -> list[Any]:
+        """One empty :class:`rlvr.verifiers.reward.RewardResult` per completion. Raises ValueError when the lists differ."""
+        from rlvr.verifiers.reward import RewardResult
+
+        if len(completions) != len(samples):
+            raise ValueError(f"got {len(completions)} completions but {len(samples)} samples; expected one each")
+        return [RewardResult(total=0.0, scores={}, extras={}, failures={}) for _ in completions]
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+    def __enter__(self) -> "NoVerifiers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_reward_pool(recipe: Recipe, specs: list[VerifierSpec], num_workers: int | None = None) -> Any:
+    """The verifier pool of ``specs`` (:class:`rlvr.verifiers.reward.RewardFunction`, ``reward.num_workers`` processes
+    unless ``num_workers``), or :class:`NoVerifiers` when there are none. The caller closes it."""
+    from rlvr.verifiers.reward import RewardFunction
+
+    if not specs:
+        return NoVerifiers()
+    return RewardFunction(specs, num_workers=num_workers or recipe.reward.num_workers,
+                          failure_score=recipe.reward.failure_score)
 
 
 class VerifierKwargsError(ValueError):

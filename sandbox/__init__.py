@@ -1,22 +1,28 @@
 """Running untrusted, model-written programs (Python, C, C++, Java, JavaScript) against tests, isolated (Docker, else bubblewrap).
 
-    import sandbox
+    from rlvr import sandbox
     result = sandbox.run("print(sum(map(int, input().split())))", [{"input": "1 2\\n", "output": "3\\n"}])
     result.passed, result.codes            # (True, ["AC"])
 
 Layout: `limits` (Limits), `jobs` (test formats, what enters the sandbox), `checkers` (output comparison,
 on the host), `judge` (verdicts), `batch` (talking to the in-sandbox driver), `scheduler` (throughput),
 `backends/` (docker, bwrap, and the unsandboxed `none`), `harness/` (code that runs inside the sandbox),
-`languages` (how C, C++, Java and JavaScript are compiled and run), `setup.sh` (engine and image). This package imports nothing from `rlvr` or `verifiers`.
+`languages` (how C, C++, Java and JavaScript are compiled and run), `setup.sh` (engine and image).
+The folder `sandbox/` installs as `rlvr.sandbox` (pyproject's package-dir). It imports nothing from the rest of
+`rlvr` (only the import-light `rlvr/__init__.py`) nor from `rlvr.verifiers`: it runs programs and knows no RL.
 """
-from sandbox.api import run, run_many
-from sandbox.backends import BACKENDS, get_backend
-from sandbox.checkers import parse_checker
-from sandbox.errors import SandboxError, SandboxUnavailable
-from sandbox.jobs import TEST_TYPES, Job
-from sandbox.languages import LANGUAGES, parse_language
-from sandbox.limits import Limits
-from sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
+if __name__ != "rlvr.sandbox":  # imported as a top-level `sandbox` because a checkout's root is on sys.path
+    raise ImportError(f"this folder is the package rlvr.sandbox, imported here as {__name__!r}: import rlvr.sandbox "
+                      "(a top-level `sandbox` is not this project's)")
+
+from rlvr.sandbox.api import run, run_many
+from rlvr.sandbox.backends import BACKENDS, get_backend
+from rlvr.sandbox.checkers import parse_checker
+from rlvr.sandbox.errors import SandboxError, SandboxUnavailable
+from rlvr.sandbox.jobs import TEST_TYPES, Job
+from rlvr.sandbox.languages import LANGUAGES, parse_language
+from rlvr.sandbox.limits import Limits
+from rlvr.sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
 
 __all__ = [
     "BACKENDS", "LANGUAGES", "TEST_TYPES", "ExecResult", "ExecStatus", "Job", "JudgeResult", "Limits", "SandboxError",

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from sandbox.backends import get_backend
-from sandbox.errors import SandboxUnavailable
-from sandbox.jobs import Job
-from sandbox.languages import parse_language
-from sandbox.judge import judge
-from sandbox.limits import Limits
-from sandbox.results import ExecStatus, JudgeResult
-from sandbox.scheduler import execute
+from rlvr.sandbox.backends import get_backend
+from rlvr.sandbox.errors import SandboxUnavailable
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.languages import parse_language
+from rlvr.sandbox.judge import judge
+from rlvr.sandbox.limits import Limits
+from rlvr.sandbox.results import ExecStatus, JudgeResult
+from rlvr.sandbox.scheduler import execute
 
 
 def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "lines",
@@ -18,8 +18,8 @@ def run(program: str, tests: Any, test_type: str = "stdio", checker: str = "line
     """Run `program` (Python source; for another language use `run_many` with `Job(..., language=...)`)
     against `tests` in a sandbox and judge every test.
 
-    test_type: stdio, call or assert (formats in `sandbox.jobs`); checker: for stdio and call (see
-    `sandbox.checkers`); limits: Limits or a dict like {"time_s": 2, "memory_mb": 256}; backend: auto,
+    test_type: stdio, call or assert (formats in `rlvr.sandbox.jobs`); checker: for stdio and call (see
+    `rlvr.sandbox.checkers`); limits: Limits or a dict like {"time_s": 2, "memory_mb": 256}; backend: auto,
     docker, bwrap or none (no isolation: only when named).
     Raises ValueError for malformed tests, checker or limits; SandboxUnavailable when no backend can run (or
     the backend lacks a job's language toolchain).

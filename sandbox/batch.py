@@ -8,9 +8,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from sandbox.harness import forkserver_source, runner_source
-from sandbox.jobs import Job
-from sandbox.results import ExecResult, ExecStatus
+from rlvr.sandbox.harness import forkserver_source, runner_source
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.results import ExecResult, ExecStatus
 
 HELLO_S = 30.0  # the driver must be up within this many seconds (a cold Python on a loaded machine)
 COMPILE_S = 20.0  # extra seconds for a job's first event beyond its compile limit (the driver compiles first)

@@ -88,7 +88,7 @@ def parse_checker(name: str) -> Checker:
 
 
 def json_form(data: Any) -> Any:
-    """The JSON form of a value in `sandbox.harness.codec` form (as a program's call returned it): tuples
+    """The JSON form of a value in `rlvr.sandbox.harness.codec` form (as a program's call returned it): tuples
     become lists, sets sorted lists, dict keys strings, bytes text, complex [real, imag]. It builds no set
     and hashes no key the program chose (only strings), so crafted hash collisions cannot stall the host.
     Raises ValueError for an unknown tag."""

@@ -8,7 +8,7 @@ Test formats (`test_type`, with the aliases datasets use):
          statement that is an assert, a call (e.g. `check(candidate)`) or contains an assert is one test;
          other statements (imports, defs, assignments) are setup.
 A `tests` value given as a JSON string (as some datasets store it) is parsed for stdio and call.
-`language` (python by default; c, cpp, java, javascript: see `sandbox.languages`) says how the program is
+`language` (python by default; c, cpp, java, javascript: see `rlvr.sandbox.languages`) says how the program is
 compiled and run; languages other than Python have stdio tests only.
 """
 from __future__ import annotations
@@ -18,9 +18,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from sandbox.checkers import Checker, parse_checker
-from sandbox.languages import Language, java_class_name, parse_language
-from sandbox.limits import Limits
+from rlvr.sandbox.checkers import Checker, parse_checker
+from rlvr.sandbox.languages import Language, java_class_name, parse_language
+from rlvr.sandbox.limits import Limits
 
 TEST_TYPES = {
     "stdio": "stdio", "stdin": "stdio", "stdin_stdout": "stdio",
@@ -32,7 +32,7 @@ TEST_TYPES = {
 @dataclass(frozen=True)
 class Job:
     """One program and its tests, in `language` (python, c, cpp, java or javascript, or an alias; see
-    `sandbox.languages`). Raises ValueError on creation when a field has the wrong shape, naming the field
+    `rlvr.sandbox.languages`). Raises ValueError on creation when a field has the wrong shape, naming the field
     and the expected shape (an unknown language: naming the supported ones)."""
 
     program: str

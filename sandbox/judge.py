@@ -1,9 +1,9 @@
 """From what happened (`ExecResult`) to verdicts: the comparison with expected outputs, on the host."""
 from __future__ import annotations
 
-from sandbox.checkers import json_form
-from sandbox.jobs import Job
-from sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
+from rlvr.sandbox.checkers import json_form
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
 
 _BY_STATUS = {
     ExecStatus.FAILED: Verdict.WA,

@@ -39,7 +39,7 @@ class ExecResult:
 
     elapsed_s: wall-clock seconds of the run. stdout: what the program printed, up to the output cap (the
     output compared for stdio tests). stderr: the last 4 KiB of its stderr. value: for call tests, the
-    returned value in `sandbox.harness.codec` form. detail: one line on why it ended this way.
+    returned value in `rlvr.sandbox.harness.codec` form. detail: one line on why it ended this way.
     """
 
     status: ExecStatus

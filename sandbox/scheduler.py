@@ -14,11 +14,11 @@ import threading
 from collections import deque
 from typing import Callable, Sequence
 
-from sandbox.backends.base import Backend
-from sandbox.batch import BatchOutcome
-from sandbox.errors import SandboxError
-from sandbox.jobs import Job
-from sandbox.results import ExecResult, ExecStatus
+from rlvr.sandbox.backends.base import Backend
+from rlvr.sandbox.batch import BatchOutcome
+from rlvr.sandbox.errors import SandboxError
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.results import ExecResult, ExecStatus
 
 MAX_BATCH = int(os.environ.get("RLVR_SANDBOX_BATCH", 16))  # jobs per sandbox exec (fewer when few are pending)
 MAX_ATTEMPTS = 2  # runs of a job whose sandbox broke under it

@@ -65,3 +65,70 @@ def test_resume_refuses_a_changed_recipe_and_names_the_keys():
         check_resumed_recipe(dump_recipe(saved), changed, ["algorithm.kl.beta"])
     check_resumed_recipe(dump_recipe(saved), changed, ["algorithm.kl.beta", "optim"])  # a section allows its keys
     check_resumed_recipe(dump_recipe(saved), saved)
+
+
+# ------------------------------------------------------------------------------ algorithm.name, the ppo preset
+def test_algorithm_name_and_advantage_type_fill_each_other_in():
+    for name, adv in [("grpo", "grpo"), ("rloo", "rloo"), ("reinforce_pp", "reinforce_pp"), ("ppo", "gae")]:
+        by_name, by_type = resolve(_raw(name=name)).algorithm, resolve(_raw(advantage={"type": adv})).algorithm
+        assert (by_name.name, by_name.advantage.type) == (by_type.name, by_type.advantage.type) == (name, adv)
+    a = resolve(_raw()).algorithm  # neither: the schema's default estimator
+    assert (a.name, a.advantage.type, a.kl.placement, a.kl.estimator) == ("grpo", "grpo", "loss", "k3")
+
+
+def test_ppo_by_name_puts_the_kl_in_the_reward_with_k1_unless_told_otherwise():
+    a = resolve(_raw(name="ppo", kl={"beta": 0.1})).algorithm
+    assert (a.advantage.type, a.kl.beta, a.kl.placement, a.kl.estimator) == ("gae", 0.1, "reward", "k1")
+    assert resolve(_raw(name="ppo", kl={"beta": 0.1, "estimator": "k3"})).algorithm.kl.estimator == "k3"
+    # advantage.type: gae alone (the older spelling) is PPO too, with the same KL defaults
+    old = resolve(_raw(advantage={"type": "gae"})).algorithm
+    assert (old.name, old.kl.placement, old.kl.estimator) == ("ppo", "reward", "k1")
+    # a GRPO recipe keeps GRPO's: k3 in the loss
+    assert (lambda k: (k.placement, k.estimator))(resolve(_raw(name="grpo", kl={"beta": 0.04})).algorithm.kl) == \
+        ("loss", "k3")
+
+
+def test_a_name_that_contradicts_the_advantage_or_the_preset_is_refused():
+    with pytest.raises(RecipeError, match=r"algorithm.name='ppo' contradicts algorithm.advantage.type='grpo'"):
+        resolve(_raw(name="ppo", advantage={"type": "grpo"}))
+    with pytest.raises(RecipeError, match=r"algorithm.name='rloo' contradicts algorithm.advantage.type='gae'.*"
+                                          r"GAE needs a critic"):
+        resolve(_raw(name="rloo", advantage={"type": "gae"}))
+    with pytest.raises(RecipeError, match=r"algorithm.name='ppo' contradicts preset 'dapo'.*use preset: ppo"):
+        resolve({**_raw(name="ppo"), "preset": "dapo"})
+    with pytest.raises(RecipeError, match=r"Input should be 'grpo', 'rloo', 'reinforce_pp' or 'ppo'"):
+        resolve(_raw(name="dpo"))
+
+
+def test_ppo_preset_expands_to_trl_style_settings():
+    raw = {**_raw(), "preset": "ppo", "reward": {"source": "reward_model"}, "reward_model": {"path": "rm"},
+           "rollout": {"group_size": 1}}
+    r = resolve(raw)
+    a = r.algorithm
+    assert (a.name, a.advantage.type, a.advantage.gamma, a.advantage.lam, a.advantage.std_normalize) == \
+        ("ppo", "gae", 1.0, 0.95, True)
+    assert (a.clip_low, a.clip_high, a.loss_agg, a.ppo_epochs, a.policy_loss) == (0.2, 0.2, "token-mean", 4, "ppo_clip")
+    assert (a.kl.beta, a.kl.estimator, a.kl.placement, a.kl.target) == (0.05, "k1", "reward", None)
+    assert (a.critic.value_clip, a.critic.vf_coef, a.critic.init) == (0.2, 1.0, "reward_model")
+    assert r.rollout.group_size == 1
+    assert "name: ppo" in dump_recipe(r) and "init: reward_model" in dump_recipe(r)
+    # the user's keys win over the preset's
+    assert resolve({**raw, "algorithm": {"ppo_epochs": 2, "kl": {"beta": 0.0}}}).algorithm.ppo_epochs == 2
+
+
+def test_critic_init_defaults_to_the_reward_model_when_there_is_one():
+    with_rm = {"reward": {"source": "reward_model"}, "reward_model": {"path": "rm"}}
+    assert resolve({**_raw(name="ppo"), **with_rm}).algorithm.critic.init == "reward_model"
+    assert resolve({**_raw(name="ppo", critic={"init": "policy"}), **with_rm}).algorithm.critic.init == "policy"
+    assert resolve(_raw(name="ppo")).algorithm.critic.init == "policy"  # verifiers only: the policy's trunk
+    with pytest.raises(RecipeError, match=r"critic.init='reward_model' needs a reward_model: section"):
+        resolve(_raw(name="ppo", critic={"init": "reward_model"}))
+
+
+def test_a_run_written_before_algorithm_name_existed_still_resumes():
+    r = resolve(_raw())
+    old = dump_recipe(r).replace("  name: grpo\n", "", 1).replace("    init: policy\n", "", 1)
+    assert "name: grpo" not in old and "init: policy" not in old
+    check_resumed_recipe(old, r)  # the keys the old run lacks are derived, not changed
+    with pytest.raises(RecipeError, match=r"algorithm.name: 'grpo' -> 'rloo'"):
+        check_resumed_recipe(dump_recipe(r), resolve(_raw(name="rloo")))

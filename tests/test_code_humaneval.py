@@ -3,11 +3,11 @@ import ast
 
 import pytest
 
-import sandbox
+from rlvr import sandbox
 from rlvr.data.humaneval import load_humaneval
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from verifiers.code import build_program, build_tests, code_rewards, stub_helpers
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.verifiers.code import build_program, build_tests, code_rewards, stub_helpers
 
 ROWS = load_humaneval()
 needs_sandbox = pytest.mark.skipif(docker_problem() is not None and bwrap_problem() is not None,

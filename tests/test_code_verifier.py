@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-import sandbox
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from verifiers import get_verifier
-from verifiers.code import build_program, code_reward, code_rewards, extract_program
+from rlvr import sandbox
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.verifiers import get_verifier
+from rlvr.verifiers.code import build_program, code_reward, code_rewards, extract_program
 
 SORT_TESTS = [{"input": "3\n3 1 2\n", "output": "1 2 3\n"}, {"input": "1\n7\n", "output": "7\n"},
               {"input": "4\n2 2 1 1\n", "output": "1 1 2 2\n"}]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.format_tags import check_r1_format, r1_format
+from rlvr.verifiers.format_tags import check_r1_format, r1_format
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "format_dev.jsonl"
 if not CASES_FILE.exists():

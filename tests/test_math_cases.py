@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.math_answer import judge_math
+from rlvr.verifiers.math_answer import judge_math
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "math_dev.jsonl"
 if not CASES_FILE.exists():

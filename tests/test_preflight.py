@@ -14,7 +14,7 @@ from rlvr.config import resolve
 from rlvr.preflight.devices import GIB, DeviceMemory, parse_device_memory
 from rlvr.preflight.memory import block_activation_bytes_per_token, estimate_memory
 from rlvr.preflight.model_shape import ModelShape
-from verifiers import verifier
+from rlvr.verifiers import verifier
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,9 +241,35 @@ def test_adding_a_model_to_the_estimate_is_one_line(monkeypatch):
 
     gpu = DeviceMemory("test GPU", 80 * GIB, "gpu")
     before = estimate_memory(_recipe(), {"policy": SHAPE}, gpu, ranks=1, max_prompt_tokens=32)
-    monkeypatch.setattr(memory, "EXTRA_MODELS", memory.EXTRA_MODELS + (("reward model", lambda r: "rm", False),))
-    after = estimate_memory(_recipe(), {"policy": SHAPE, "reward model": SHAPE}, gpu, ranks=1, max_prompt_tokens=32)
+    monkeypatch.setattr(memory, "EXTRA_MODELS", memory.EXTRA_MODELS + (("judge", lambda r: ["judge"], False),))
+    after = estimate_memory(_recipe(), {"policy": SHAPE, "judge": SHAPE}, gpu, ranks=1, max_prompt_tokens=32)
     assert after.peak_bytes - before.peak_bytes == 4 * SHAPE.params
+
+
+def test_memory_holds_the_models_ppo_loads_from_the_recipe():
+    """PPO against a 2-member ensemble: the reference (always, even at beta 0), both reward models whole, and the critic
+    (a copy of the first reward model) with gradients and Adam moments like a trained model."""
+    from rlvr.preflight.memory import held_models
+
+    gpu = DeviceMemory("test GPU", 80 * GIB, "gpu")
+    rm_shape = ModelShape(params=250_000_000, layers=2, hidden=8, intermediate=16, heads=2, kv_heads=1, head_dim=4,
+                          vocab=100, max_positions=None, source="test rm")
+    recipe = _recipe(reward={"source": "reward_model"}, reward_model={"paths": ["rm_a", "rm_b"]},
+                     algorithm={"name": "ppo"})
+    assert held_models(recipe) == [("policy", recipe.model.name, True), ("reference", recipe.model.name, False),
+                                   ("reward model 1", "rm_a", False), ("reward model 2", "rm_b", False),
+                                   ("critic", "rm_a", True)]
+    shapes = {"policy": SHAPE, "reward model 1": rm_shape, "reward model 2": rm_shape, "critic": rm_shape}
+    parts = _parts(estimate_memory(recipe, shapes, gpu, ranks=1, max_prompt_tokens=32))
+    m = rm_shape.params
+    assert (parts["reference weights"], parts["reward model 1 weights"], parts["reward model 2 weights"]) == \
+        (4 * SHAPE.params, 4 * m, 4 * m)
+    assert (parts["critic weights"], parts["critic gradients"], parts["critic Adam moments"]) == (4 * m, 4 * m, 8 * m)
+    # the critic on the policy's trunk is sized as the policy; GRPO with verifiers holds none of these
+    policy_critic = _recipe(reward={"source": "reward_model"}, reward_model={"path": "rm_a"},
+                            algorithm={"name": "ppo", "critic": {"init": "policy"}})
+    assert held_models(policy_critic)[-1] == ("critic", policy_critic.model.name, True)
+    assert [role for role, _, _ in held_models(_recipe())] == ["policy"]
 
 
 def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):

@@ -1,12 +1,12 @@
 """The registry's batch hook: a verifier with a `batch` function gets all of a score() call's samples in one
-worker call (the code verifier judges a whole step's completions in one sandbox.run_many)."""
+worker call (the code verifier judges a whole step's completions in one `rlvr.sandbox.run_many`)."""
 import pytest
 
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from verifiers import get_verifier, verifier
-from verifiers.code import code_rewards_batch
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.verifiers import get_verifier, verifier
+from rlvr.verifiers.code import code_rewards_batch
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 def _batch_of_lengths(completions, samples, fail_on=None):

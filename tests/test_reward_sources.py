@@ -13,7 +13,7 @@ from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
 from rlvr.verifier_inputs import verifier_specs
 from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
-from verifiers.reward import RewardResult
+from rlvr.verifiers.reward import RewardResult
 
 
 class FakeVerifierPool:
@@ -189,3 +189,44 @@ def test_group_size_one_is_for_ppo_only(tmp_path):
     steps = [m for m in read_metrics(tmp_path / "run") if "reward/rm_mean" in m]
     assert [m["reward/samples"] for m in steps] == [4.0, 4.0]  # 4 prompts x 1 sample
     assert all(m["critic/value_loss"] > 0 for m in steps)
+
+
+def test_ppo_with_no_verifiers_at_all_trains_and_skips_the_solve_rate_and_eval(tmp_path, capsys):
+    """``reward.source: reward_model`` with ``verifiers: []``: nothing decides "solved", so no ``reward/solve_rate``
+    (and no per-verifier or gold metrics), and the pass@k eval is skipped with a message instead of crashing."""
+    from rlvr.reward_model.model import RewardModel
+    from rlvr.trainer.trainer import RLTrainer
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    RewardModel.from_backbone(str(model_dir), seed=1).save(tmp_path / "rm", build_tokenizer())
+    raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=2)
+    raw.update(verifiers=[], eval={"enabled": True, "k": 2})
+    raw["reward"].pop("solved_verifier", None)
+    recipe = resolve(raw)
+    assert recipe.verifiers == [] and recipe.solved_verifier is None
+    trainer = RLTrainer(recipe, tmp_path / "run")
+    summary = trainer.train()
+    trainer.engine.destroy()
+    assert "eval skipped: pass@k needs a verifier" in capsys.readouterr().err
+    assert summary["eval_before"] is None and summary["eval_after"] is None
+    steps = [m for m in read_metrics(tmp_path / "run") if "reward/rm_mean" in m]
+    assert len(steps) == 2
+    for m in steps:
+        assert "reward/solve_rate" not in m and not any(k.startswith("reward/gold_") for k in m)
+        assert m["reward/mean"] == pytest.approx(m["reward/rm_mean"], abs=1e-6)  # rm_weight 1, nothing else
+        assert "critic/value_loss" in m
+
+
+def test_recipe_without_verifiers_needs_a_reward_model(tmp_path):
+    base = tiny_recipe(tmp_path / "m", tmp_path / "d.jsonl", verifiers=[])
+    base["reward"].pop("solved_verifier")
+    with pytest.raises(RecipeError, match="no verifiers and reward.source='verifiers': nothing scores"):
+        resolve(base)
+    rm = {"reward_model": {"path": "rm"}}
+    with pytest.raises(RecipeError, match="reward.source='both' .* no verifiers"):
+        resolve({**base, **rm, "reward": {"source": "both"}})
+    with pytest.raises(RecipeError, match="filter_on='solved' needs a verifier"):
+        resolve({**base, **rm, "reward": {"source": "reward_model"},
+                 "algorithm": {"dynamic_sampling": {"enabled": True}}})
+    assert resolve({**base, **rm, "reward": {"source": "reward_model"}}).solved_verifier is None

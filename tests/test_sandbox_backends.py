@@ -3,9 +3,9 @@ import subprocess
 
 import pytest
 
-import sandbox
-import sandbox.backends as backends
-from sandbox import SandboxUnavailable
+from rlvr import sandbox
+from rlvr.sandbox import backends as backends
+from rlvr.sandbox import SandboxUnavailable
 
 
 def test_unknown_backend_names_the_valid_ones():

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
-from sandbox import Job, Limits
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
+from rlvr import sandbox
+from rlvr.sandbox import Job, Limits
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
 
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-2 2\n", "output": "0\n"}, {"input": "10 20\n", "output": "30\n"}]
 SORT = [{"input": "3\n3 1 2\n", "output": "1 2 3\n"}, {"input": "4\n4 4 1 0\n", "output": "0 1 4 4\n"}]

@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from sandbox.checkers import Checker, json_form, parse_checker
-from sandbox.harness.codec import EncodeError, decode, encode
+from rlvr.sandbox.checkers import Checker, json_form, parse_checker
+from rlvr.sandbox.harness.codec import EncodeError, decode, encode
 
 
 @pytest.mark.parametrize("got, expected, ok", [

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
-from sandbox import Job, Limits
-from sandbox.backends.docker_backend import docker_problem
-from sandbox.backends.docker_pool import OWNER_LABEL, remove_stale_containers
+from rlvr import sandbox
+from rlvr.sandbox import Job, Limits
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.sandbox.backends.docker_pool import OWNER_LABEL, remove_stale_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.security]
 REPO = Path(__file__).resolve().parent.parent
 CALLER = textwrap.dedent("""
-    import signal, sys, sandbox
+    import signal, sys
+    from rlvr import sandbox
     # a shell that starts jobs in the background (nohup, `&` in a script) hands them SIGINT ignored; the test needs
     # the ordinary KeyboardInterrupt whoever launched pytest
     signal.signal(signal.SIGINT, signal.default_int_handler)

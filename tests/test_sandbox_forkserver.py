@@ -2,11 +2,12 @@
 solution.py` does, keep their isolation, and a program that kills the fork server fails only itself."""
 import pytest
 
-import sandbox.batch
-from sandbox import Job, Limits, get_backend
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from sandbox.judge import judge
+import rlvr.sandbox.batch  # noqa: F401  (binds sandbox.batch)
+from rlvr import sandbox
+from rlvr.sandbox import Job, Limits, get_backend
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.sandbox.judge import judge
 
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
 ONE = [{"input": "", "output": "ok\n"}]

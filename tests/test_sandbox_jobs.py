@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from sandbox import Job, Limits
-from sandbox.batch import request_bytes
-from sandbox.jobs import split_assert_code
+from rlvr.sandbox import Job, Limits
+from rlvr.sandbox.batch import request_bytes
+from rlvr.sandbox.jobs import split_assert_code
 
 
 def test_limits_from_mapping_and_errors():

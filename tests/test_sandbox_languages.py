@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
-from sandbox import Job, Limits
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from sandbox.languages import LANGUAGES, java_class_name, missing_tools, parse_language
+from rlvr import sandbox
+from rlvr.sandbox import Job, Limits
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.sandbox.languages import LANGUAGES, java_class_name, missing_tools, parse_language
 
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "3000000000 3000000000\n", "output": "6000000000\n"}]
 R2_CASES = Path("/work/shared/cases/code_dev_r2.jsonl")

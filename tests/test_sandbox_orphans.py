@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Job, Limits, get_backend
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
-from sandbox.judge import judge
+from rlvr.sandbox import Job, Limits, get_backend
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
+from rlvr.sandbox.judge import judge
 
 R2_CASES = Path("/work/shared/cases/code_dev_r2.jsonl")
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}]

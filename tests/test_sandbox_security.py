@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import sandbox
-from sandbox import Limits
-from sandbox.backends.bwrap_backend import bwrap_problem
-from sandbox.backends.docker_backend import docker_problem
+from rlvr import sandbox
+from rlvr.sandbox import Limits
+from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
+from rlvr.sandbox.backends.docker_backend import docker_problem
 
 pytestmark = pytest.mark.security
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
@@ -161,7 +161,7 @@ def test_containers_are_created_locked_down():
         pytest.skip(docker_problem())
     backend = sandbox.get_backend("docker")
     spec_limits = Limits(memory_mb=200, pids=40, cpus=0.5, scratch_mb=16)
-    from sandbox.backends.docker_pool import ContainerSpec
+    from rlvr.sandbox.backends.docker_pool import ContainerSpec
 
     spec = ContainerSpec.for_limits(spec_limits)
     container = backend.pool.acquire(spec)

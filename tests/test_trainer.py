@@ -45,7 +45,7 @@ def test_reward_rises_on_trivial_task(tiny, tmp_path):
 def test_run_directory_contents(tiny, tmp_path):
     raw = tiny_recipe(*tiny, trainer={"steps": 2, "save_every": 1, "keep_checkpoints": 1},
                       eval={"enabled": True, "k": 2})
-    # the eval needs an answer extractor: math-style answers come from verifiers.math_answer
+    # the eval needs an answer extractor: math-style answers come from rlvr.verifiers.math_answer
     trainer, summary = _train(raw, tmp_path / "run")
     run = tmp_path / "run"
     assert (run / "recipe.resolved.yaml").is_file()

@@ -21,7 +21,7 @@ def test_guide_example_runs(tmp_path: Path) -> None:
     assert out[0].startswith("1.2 {'math_with_unit': 1.2, 'length_penalty': 0.0}")
     assert out[1].startswith("0.2 {'math_with_unit': 0.2, 'length_penalty': 0.0}")
     # the recipe form: the function named by import path
-    check = ("from verifiers.registry import get_verifier; "
+    check = ("from rlvr.verifiers.registry import get_verifier; "
              "print(get_verifier('my_rewards:math_with_unit')('so \\\\boxed{12} cm', {'answer': '12'})['score'])")
     got = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120, check=True).stdout.strip()

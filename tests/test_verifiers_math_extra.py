@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from verifiers.math_answer import judge_math, math_equal, math_reward
-from verifiers.math_extract import extract_answer, find_boxed
-from verifiers.math_normalize import normalize
-from verifiers.math_parse import MAX_DIGITS, Scalar, digits_bound, parse_answer
-from verifiers.math_units import split_unit
+from rlvr.verifiers.math_answer import judge_math, math_equal, math_reward
+from rlvr.verifiers.math_extract import extract_answer, find_boxed
+from rlvr.verifiers.math_normalize import normalize
+from rlvr.verifiers.math_parse import MAX_DIGITS, Scalar, digits_bound, parse_answer
+from rlvr.verifiers.math_units import split_unit
 
 # (gold, prediction, equal)
 CASES = [

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import sympy
 
-from verifiers.math_answer import judge_math, math_reward
-from verifiers.math_compare import equal_up_to_constants, rounds_to
-from verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
-from verifiers.math_parse import Choice, parse_answer
+from rlvr.verifiers.math_answer import judge_math, math_reward
+from rlvr.verifiers.math_compare import equal_up_to_constants, rounds_to
+from rlvr.verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
+from rlvr.verifiers.math_parse import Choice, parse_answer
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "math_dev_r2.jsonl"
 if not CASES_FILE.exists():

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import verifiers
-from verifiers.registry import UnknownVerifierError, get_verifier, registered_names, verifier
+from rlvr import verifiers
+from rlvr.verifiers.registry import UnknownVerifierError, get_verifier, registered_names, verifier
 
 
 def test_builtins_are_registered() -> None:
@@ -25,11 +25,21 @@ def test_unknown_name_is_a_key_error_naming_the_closest_match() -> None:
 
 
 def test_import_path() -> None:
-    assert get_verifier("verifiers.countdown:countdown") is verifiers.countdown.countdown
+    assert get_verifier("rlvr.verifiers.countdown:countdown") is verifiers.countdown.countdown
     with pytest.raises(KeyError, match="cannot import module"):
         get_verifier("no_such_module_xyz:fn")
     with pytest.raises(KeyError, match="Did you mean 'countdown'"):
-        get_verifier("verifiers.countdown:countdwn")
+        get_verifier("rlvr.verifiers.countdown:countdwn")
+
+
+def test_a_path_under_the_old_top_level_name_says_where_it_went() -> None:
+    # recipes written before the rename name built-ins as verifiers.<module>:<fn>; the error names the new path
+    with pytest.raises(UnknownVerifierError) as info:
+        get_verifier("verifiers.countdown:countdown")
+    assert "renamed to rlvr.verifiers: write 'rlvr.verifiers.countdown:countdown'" in str(info.value)
+    with pytest.raises(UnknownVerifierError) as info:  # other modules get no such hint
+        get_verifier("no_such_module_xyz:fn")
+    assert "renamed" not in str(info.value)
 
 
 def test_a_name_cannot_be_taken_twice() -> None:
@@ -43,7 +53,9 @@ def test_a_name_cannot_be_taken_twice() -> None:
         verifier("a:b")
 
 
-def test_importing_verifiers_loads_no_torch_transformers_or_rlvr() -> None:
-    code = "import sys, verifiers; bad = [m for m in ('torch', 'transformers', 'deepspeed', 'rlvr') if m in sys.modules]; print(bad)"
+def test_importing_verifiers_loads_no_torch_transformers_or_the_rest_of_rlvr() -> None:
+    code = ("import sys; import rlvr.verifiers; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'deepspeed') "
+            "or m.startswith('rlvr.') and not m.startswith(('rlvr.verifiers', 'rlvr.sandbox'))]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from verifiers import verifier
-from verifiers.pool import Call, Status, VerifierPool
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifiers import verifier
+from rlvr.verifiers.pool import Call, Status, VerifierPool
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 @verifier("test_user_behaviour")
@@ -146,7 +146,7 @@ def test_workers_die_with_their_parent(tmp_path) -> None:
     script = textwrap.dedent(
         """
         import json, os, signal, sys
-        from verifiers.reward import RewardFunction, VerifierSpec
+        from rlvr.verifiers.reward import RewardFunction, VerifierSpec
         fn = RewardFunction([VerifierSpec("boxed_format")], num_workers=2)
         fn.score(["\\\\boxed{1}"] * 8, [{}] * 8)
         print(json.dumps([w.process.pid for w in fn._pool._workers]), flush=True)
@@ -199,7 +199,7 @@ def test_inf_is_reported_as_inf_and_a_score_outside_the_declared_range_is_a_fail
 
 
 def test_built_in_verifiers_declare_their_ranges() -> None:
-    from verifiers.registry import get_verifier
+    from rlvr.verifiers.registry import get_verifier
 
     assert get_verifier("math").score_range == (0.0, 1.0)
     assert get_verifier("format").score_range == (0.0, 1.0)

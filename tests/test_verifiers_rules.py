@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers.countdown import countdown, evaluate_equation, EquationError
-from verifiers.format_tags import boxed_format, check_r1_format, r1_format
-from verifiers.length import length_penalty, overlong, overlong_penalty
+from rlvr.verifiers.countdown import countdown, evaluate_equation, EquationError
+from rlvr.verifiers.format_tags import boxed_format, check_r1_format, r1_format
+from rlvr.verifiers.length import length_penalty, overlong, overlong_penalty
 
 SAMPLE = {"numbers": [2, 5, 6], "target": 20}
 

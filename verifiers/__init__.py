@@ -2,24 +2,31 @@
 
 Quick use::
 
-    from verifiers import get_verifier, math_equal
+    from rlvr.verifiers import get_verifier, math_equal
     math_equal("\\frac{1}{2}", "so the answer is \\boxed{0.5}")        # True
     get_verifier("format")("<think>x</think><answer>4</answer>", {})   # {"score": 1.0, "reason": "ok"}
 
 Importing the package registers the built-ins: ``math``, ``format``, ``boxed_format``, ``countdown``,
-``overlong``, ``length_penalty`` (and ``code`` when :mod:`verifiers.code` is importable). This package never
-imports torch, transformers or :mod:`rlvr`.
+``overlong``, ``length_penalty`` (and ``code`` when :mod:`rlvr.verifiers.code` is importable). This package never
+imports torch, transformers or the rest of :mod:`rlvr` (trainer, rollout engines).
+
+The folder ``verifiers/`` installs as ``rlvr.verifiers`` (pyproject's package-dir): a top-level ``verifiers``
+is not this project's (on the package index that name is prime-rl's environments library).
 """
 
-from verifiers.registry import get_verifier, registered_names, verifier
-from verifiers import countdown as _countdown  # noqa: F401  (registers "countdown")
-from verifiers import format_tags as _format_tags  # noqa: F401  (registers "format", "boxed_format")
-from verifiers import length as _length  # noqa: F401  (registers "overlong", "length_penalty")
-from verifiers import math_answer as _math_answer  # noqa: F401  (registers "math")
-from verifiers.math_answer import extract_answer, judge_math, math_equal
+if __name__ != "rlvr.verifiers":  # imported as a top-level `verifiers` because a checkout's root is on sys.path
+    raise ImportError(f"this folder is the package rlvr.verifiers, imported here as {__name__!r}: import rlvr.verifiers "
+                      "(a top-level `verifiers` is not this project's)")
+
+from rlvr.verifiers.registry import get_verifier, registered_names, verifier
+from rlvr.verifiers import countdown as _countdown  # noqa: F401  (registers "countdown")
+from rlvr.verifiers import format_tags as _format_tags  # noqa: F401  (registers "format", "boxed_format")
+from rlvr.verifiers import length as _length  # noqa: F401  (registers "overlong", "length_penalty")
+from rlvr.verifiers import math_answer as _math_answer  # noqa: F401  (registers "math")
+from rlvr.verifiers.math_answer import extract_answer, judge_math, math_equal
 
 try:  # written by another engineer against this registry; optional
-    from verifiers import code as _code  # noqa: F401
+    from rlvr.verifiers import code as _code  # noqa: F401
 except ImportError:
     pass
 

@@ -7,7 +7,7 @@ Example (needs Docker or bubblewrap)::
     {'score': 1.0, 'passed': True, 'verdicts': ['AC'], 'reason': 'all 1 tests passed'}
 
 Fields read from the sample (a dataset row): `tests` and `test_type` (stdio, call or assert; formats in
-`sandbox.jobs`), optional `language` (python, c, cpp, java, javascript; default python; other languages
+`rlvr.sandbox.jobs`), optional `language` (python, c, cpp, java, javascript; default python; other languages
 have stdio tests only), `checker` (default "lines") and `limits` (`time_s`, `memory_mb`, ...), and for
 HumanEval-style rows `entry_point` plus `stub` (the signature and docstring the model was asked to
 complete): a completion that defines the entry point runs after the stub (so the stub's imports and
@@ -20,7 +20,7 @@ Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of test
 or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
 ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster); a
 `RewardFunction` uses it through the registry's batch hook, so a whole step's completions go to the sandbox
-in one `sandbox.run_many`.
+in one `rlvr.sandbox.run_many`.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ import ast
 import re
 from typing import Any, Literal
 
-import sandbox
-from verifiers.registry import verifier
+from rlvr import sandbox
+from rlvr.verifiers.registry import verifier
 
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+#-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.S)
 # Fence tags that mark a block as written in each language (```cpp, ```c++, ```js, ...).
@@ -126,7 +126,7 @@ def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fract
 
 def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
                  mode: Literal["fraction", "all"] = "fraction", backend: str = "auto") -> list[dict[str, Any] | None]:
-    """`code_reward` for many completions at once, in order: the throughput path (one `sandbox.run_many`,
+    """`code_reward` for many completions at once, in order: the throughput path (one `rlvr.sandbox.run_many`,
     so several programs share each sandbox exec and run in parallel). Raises ValueError naming the index of
     the first malformed sample."""
     if mode not in ("fraction", "all"):

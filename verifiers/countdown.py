@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from verifiers.registry import verifier
+from rlvr.verifiers.registry import verifier
 
 _OPERATORS: dict[type[ast.operator], str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _MAX_EXPRESSION_CHARS = 500
@@ -33,7 +33,7 @@ def extract_equation(completion: str) -> str | None:
     """The equation a completion proposes: the last ``<answer>`` block, else the last ``\\boxed{}``, else
     the last line made only of digits, operators and parentheses. Of ``lhs = rhs`` the side with more
     operators is kept."""
-    from verifiers.math_extract import find_boxed
+    from rlvr.verifiers.math_extract import find_boxed
 
     candidates = _ANSWER_TAG.findall(completion)
     text = candidates[-1] if candidates else None

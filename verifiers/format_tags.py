@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from verifiers.math_extract import find_boxed
-from verifiers.registry import verifier
+from rlvr.verifiers.math_extract import find_boxed
+from rlvr.verifiers.registry import verifier
 
 _TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _END_OF_TURN = re.compile(r"(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|</s>|<｜end▁of▁sentence｜>|<end_of_turn>))+\s*$")

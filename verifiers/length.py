@@ -7,7 +7,7 @@ added to a correctness reward with a weight.
 
 from __future__ import annotations
 
-from verifiers.registry import verifier
+from rlvr.verifiers.registry import verifier
 
 
 def overlong_penalty(length_tokens: int, max_length_tokens: int, buffer_tokens: int) -> float:

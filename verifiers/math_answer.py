@@ -7,16 +7,16 @@ Example::
     >>> math_equal("20 \\\\text{ cm}", "\\\\boxed{20 \\\\text{ m}}")
     False
 
-Pipeline: :func:`verifiers.math_extract.extract_answer` (both sides; golds can be whole solutions) ->
-:func:`verifiers.math_parse.parse_answer` (structure + latex2sympy leaves) ->
-:func:`verifiers.math_compare.answers_equal`, then :func:`verifiers.math_compare.equal_up_to_constants`
+Pipeline: :func:`rlvr.verifiers.math_extract.extract_answer` (both sides; golds can be whole solutions) ->
+:func:`rlvr.verifiers.math_parse.parse_answer` (structure + latex2sympy leaves) ->
+:func:`rlvr.verifiers.math_compare.answers_equal`, then :func:`rlvr.verifiers.math_compare.equal_up_to_constants`
 (general solutions with renamed arbitrary constants). If our parser cannot read an answer, two answers are
 equal only when their normalized texts are identical. A gold given as boxes named in one sentence
 (``\\boxed{4} red and \\boxed{9} blue``) is an ordered answer: ``4, 9``, not ``9, 4``. A response whose box
 never closes has no answer (reason ``unclosed \\boxed``).
 
 ``math_equal`` has no timeout of its own (sympy can be slow on adversarial input); the registered ``math``
-verifier runs inside :class:`verifiers.reward.RewardFunction`'s worker processes, which kill a call that
+verifier runs inside :class:`rlvr.verifiers.reward.RewardFunction`'s worker processes, which kill a call that
 runs past its deadline. Exact numbers that would need more than ``MAX_DIGITS`` digits are never evaluated.
 """
 
@@ -26,11 +26,11 @@ import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
-from verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
-from verifiers.math_normalize import normalize
-from verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
-from verifiers.registry import verifier
+from rlvr.verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
+from rlvr.verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
+from rlvr.verifiers.math_normalize import normalize
+from rlvr.verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
+from rlvr.verifiers.registry import verifier
 
 _DECIMAL_COMMA = re.compile(r"^\$?-?\d+,\d+\$?$")
 

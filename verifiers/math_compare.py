@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import sympy
 from sympy.core.function import AppliedUndef
 
-from verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
-from verifiers.math_units import units_compatible
+from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
+from rlvr.verifiers.math_units import units_compatible
 
 _SAMPLE_POINTS = (
     sympy.Rational(7, 11), sympy.Rational(13, 9), sympy.Rational(23, 10), sympy.Rational(-5, 7), sympy.Rational(31, 17)

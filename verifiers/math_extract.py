@@ -154,7 +154,7 @@ def extract_answer(completion: str) -> str | None:
 
     See the module docstring for the order of evidence. Multi-part boxed answers come back joined with
     ``", "``. Used for scoring and for majority voting (maj@k), so equal answers should come back as
-    equal strings more often than not; equivalence is decided by :func:`verifiers.math_answer.math_equal`.
+    equal strings more often than not; equivalence is decided by :func:`rlvr.verifiers.math_answer.math_equal`.
     """
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
@@ -390,7 +390,7 @@ def _is_bare_answer(text: str) -> bool:
     )
     outside = _PART_LABEL.sub(" ", outside)  # "AB=4, CD=5": segment names, not prose
     words = [w.lower() for w in _WORD.findall(outside)]
-    from verifiers.math_units import is_unit_word
+    from rlvr.verifiers.math_units import is_unit_word
 
     prose = [w for w in words if w not in _CONNECTOR_WORDS and not is_unit_word(w) and w not in _MATH_WORDS]
     if prose and re.search(r"\d", outside):

@@ -13,7 +13,7 @@ An answer is one of:
 The structure (lists, tuples, relations, intervals) is split here by our own scanner; only the leaves go to
 latex2sympy (the LaTeX parser math-verify uses), so structure rules stay explicit and testable. Decimal
 literals are replaced by exact fractions before parsing, so no float rounding can merge ``0.1`` and
-``0.10000001``; their significant digits are kept for the tolerance rule in :mod:`verifiers.math_compare`.
+``0.10000001``; their significant digits are kept for the tolerance rule in :mod:`rlvr.verifiers.math_compare`.
 Before anything is evaluated, :func:`digits_bound` bounds the size of the exact numbers evaluation would
 create; a power tower or a 10^10-digit number is kept unevaluated (``too_large``) instead of hanging.
 """
@@ -29,8 +29,8 @@ from typing import Literal, Union
 import sympy
 from sympy.core.function import AppliedUndef
 
-from verifiers.math_normalize import normalize
-from verifiers.math_units import Unit, split_unit
+from rlvr.verifiers.math_normalize import normalize
+from rlvr.verifiers.math_units import Unit, split_unit
 
 MAX_DIGITS = 20_000
 """Largest exact number (in decimal digits) evaluation may create; 2004! has 5,736."""

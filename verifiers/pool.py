@@ -47,7 +47,7 @@ class Call:
             (batch: a list of them, one per completion).
         kwargs: keyword arguments passed to the verifier.
         timeout_s: wall-clock limit for this call in seconds; past it the worker is killed.
-        batch: call the verifier's ``batch`` function (see :func:`verifiers.registry.verifier`) on the lists;
+        batch: call the verifier's ``batch`` function (see :func:`rlvr.verifiers.registry.verifier`) on the lists;
             the outcome's value is then the list of per-sample results.
     """
 
@@ -89,7 +89,7 @@ class VerifierPool:
         num_workers: worker processes (>= 1). Started lazily on the first :meth:`run`, so verifiers
             registered before that are visible to forked workers.
         start_method: ``"fork"`` (default on Linux; workers inherit everything registered in the parent) or
-            ``"forkserver"``/``"spawn"`` (workers import verifiers afresh: a verifier must then be
+            ``"forkserver"``/``"spawn"`` (workers import rlvr.verifiers afresh: a verifier must then be
             importable by name or ``module:function``).
         memory_limit_mb: optional address-space limit per worker (``RLIMIT_AS``, MiB). Leave it ``None``
             when the parent maps a lot of virtual memory (CUDA), which forked workers inherit.
@@ -311,7 +311,7 @@ def _run_one(call: Call, resolved: dict[str, Callable[..., Any]]) -> tuple[str, 
     try:
         fn = resolved.get(call.target)
         if fn is None:
-            from verifiers.registry import get_verifier
+            from rlvr.verifiers.registry import get_verifier
 
             fn = resolved[call.target] = get_verifier(call.target)
         if call.batch:

@@ -8,7 +8,7 @@ A verifier is any callable ``fn(completion: str, sample: dict, **kwargs) -> floa
 
 Register one with the decorator, then name it in a recipe::
 
-    from verifiers import verifier
+    from rlvr.verifiers import verifier
 
     @verifier("starts_with_yes")
     def starts_with_yes(completion: str, sample: dict) -> float:
@@ -31,6 +31,9 @@ CacheKeyFn = Callable[..., Hashable | None]
 """``(completion: str, sample: dict, **kwargs) -> Hashable | None``; ``None`` means "do not cache"."""
 
 _REGISTRY: dict[str, VerifierFn] = {}
+OLD_PACKAGE = "verifiers"
+"""The top-level name this package had before it became ``rlvr.verifiers``; an old plug-in path naming it that
+does not import gets an error saying so."""
 
 
 class UnknownVerifierError(KeyError):
@@ -53,7 +56,7 @@ def verifier(
     Args:
         name: registry name used in recipes (``verifiers: [{name: math}]``); must not contain ``":"``.
         cache_key: optional ``(completion, sample, **kwargs) -> Hashable | None``. When given, a
-            :class:`verifiers.reward.RewardFunction` computes the key in the parent process and reuses the
+            :class:`rlvr.verifiers.reward.RewardFunction` computes the key in the parent process and reuses the
             score of an earlier call with the same key instead of calling the verifier again (the math
             verifier keys on ``(gold, extracted answer)``). It must be cheap and must never hang.
         score_range: optional ``(low, high)`` bounds of a valid score, inclusive (``None`` = unbounded on that
@@ -61,9 +64,9 @@ def verifier(
             verifier that returns 5.0 where 1.0 is the best is broken, not generous.
         batch: optional ``(completions, samples, **kwargs) -> list`` scoring many samples at once, in order
             (one result per sample, as ``fn`` would return it, or an exception instance: that sample failed). A
-            :class:`verifiers.reward.RewardFunction` then sends all of a ``score()`` call's samples for this verifier
+            :class:`rlvr.verifiers.reward.RewardFunction` then sends all of a ``score()`` call's samples for this verifier
             to one worker call instead of one call per sample (the ``code`` verifier judges them in one
-            ``sandbox.run_many``).
+            ``rlvr.sandbox.run_many``).
 
     Raises:
         ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function; a
@@ -131,7 +134,9 @@ def _import_path(path: str) -> VerifierFn:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UnknownVerifierError(f"verifier path {path!r}: cannot import module {module_name!r} ({exc})") from exc
+        raise UnknownVerifierError(
+            f"verifier path {path!r}: cannot import module {module_name!r} ({exc}){_renamed_hint(path)}"
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -145,9 +150,17 @@ def _import_path(path: str) -> VerifierFn:
     return obj
 
 
+def _renamed_hint(path: str) -> str:
+    # Recipes written before the rename name built-ins as "verifiers.module:fn"; a top-level `verifiers` is not
+    # this project's any more (prime-rl's library has that name), so say where the module went.
+    if path.split(":")[0].split(".")[0] != OLD_PACKAGE:
+        return ""
+    return f"; this project's verifiers were renamed to {__package__}: write {__package__ + path[len(OLD_PACKAGE):]!r}"
+
+
 def _ensure_builtins() -> None:
     # Importing the package registers the built-in verifiers (math, format, countdown, ...).
-    importlib.import_module("verifiers")
+    importlib.import_module(__package__)
 
 
 def _qualname(fn: VerifierFn) -> str:

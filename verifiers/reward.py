@@ -2,7 +2,7 @@
 
 Example::
 
-    from verifiers.reward import RewardFunction, VerifierSpec
+    from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
     specs = [VerifierSpec("math", weight=1.0), VerifierSpec("format", weight=0.2)]
     with RewardFunction(specs, num_workers=2) as reward_fn:
@@ -10,9 +10,9 @@ Example::
     results[0].total   # 1.2
     results[0].scores  # {"math": 1.0, "format": 1.0}
 
-Every verifier call runs in a worker process with a hard wall-clock kill (:mod:`verifiers.pool`). A verifier
+Every verifier call runs in a worker process with a hard wall-clock kill (:mod:`rlvr.verifiers.pool`). A verifier
 that raises, returns NaN or an infinite score, returns a score outside its declared ``score_range``
-(:func:`verifiers.registry.verifier`) or runs past ``timeout_s`` costs that sample only: its score is ``None``,
+(:func:`rlvr.verifiers.registry.verifier`) or runs past ``timeout_s`` costs that sample only: its score is ``None``,
 the reason goes to ``failures`` and the counters, and ``failure_score`` (times the weight) enters the total.
 """
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verifiers.pool import Call, Outcome, Status, VerifierPool
-from verifiers.registry import get_verifier
+from rlvr.verifiers.pool import Call, Outcome, Status, VerifierPool
+from rlvr.verifiers.registry import get_verifier
 
 
 @dataclass
@@ -84,7 +84,7 @@ class RewardFunction:
         num_workers: worker processes (>= 1).
         failure_score: score used in ``total`` for a verifier that timed out, raised, returned NaN/inf or a
             value of the wrong type; ``None`` leaves it out of the total like a skip.
-        start_method: multiprocessing start method for workers (see :class:`verifiers.pool.VerifierPool`).
+        start_method: multiprocessing start method for workers (see :class:`rlvr.verifiers.pool.VerifierPool`).
         memory_limit_mb: optional per-worker address-space limit in MiB.
         cache_size: most entries kept in the result cache (verifiers that declare a ``cache_key``, such as
             ``math`` keyed by ``(gold, extracted answer)``); 0 disables caching.
@@ -235,7 +235,7 @@ class RewardFunction:
 
     def _batch_calls(self, calls: list[Call], spec_of: list[int]) -> tuple[list[Call], list[list[int]]]:
         """The calls the pool runs: one per call, except that all calls of a verifier with a ``batch``
-        function (see :func:`verifiers.registry.verifier`) become one batch call, whose time limit is the
+        function (see :func:`rlvr.verifiers.registry.verifier`) become one batch call, whose time limit is the
         sum of theirs. Returns the pool calls and, for each, the indices of the calls it serves."""
         pool_calls: list[Call | None] = []
         members: list[list[int]] = []

@@ -47,9 +47,9 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     from rlvr.data.prompts import build_prompt_set
     from rlvr.data.sources import DataError, load_rows
     from rlvr.models import ModelLoadError, load_tokenizer, resolve_model_path
-    from rlvr.verifier_inputs import VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs, verifier_specs
-    from verifiers.registry import UnknownVerifierError, get_verifier
-    from verifiers.reward import RewardFunction
+    from rlvr.verifier_inputs import (VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs,
+                                      open_reward_pool, verifier_specs)
+    from rlvr.verifiers.registry import UnknownVerifierError, get_verifier
 
     add_recipe_import_paths(path)
     specs = verifier_specs(recipe)
@@ -103,8 +103,7 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
             report.add("error", "data", str(exc))
     reward_fn = None
     if prompt_set is not None and verifiers_ok:
-        reward_fn = RewardFunction(specs, num_workers=min(recipe.reward.num_workers, 2),
-                                   failure_score=recipe.reward.failure_score)
+        reward_fn = open_reward_pool(recipe, specs, num_workers=min(recipe.reward.num_workers, 2))
     elif prompt_set is not None:
         report.add("skip", "gold", "not checked: a verifier does not resolve or its kwargs do not fit (above)")
     try:

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.file is not None and not args.file.is_file():
         print(f"error: no such file: {args.file}", file=sys.stderr)
         return 2
-    from verifiers.reward import RewardFunction
+    from rlvr.verifiers.reward import RewardFunction
 
     spec = _spec(args)
     with RewardFunction([spec], num_workers=args.workers, failure_score=None) as reward_fn:
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _spec(args: argparse.Namespace) -> Any:
-    from verifiers.reward import VerifierSpec
+    from rlvr.verifiers.reward import VerifierSpec
 
     if args.kind == "math":
         return VerifierSpec("math", timeout_s=args.timeout)

@@ -22,8 +22,8 @@ CHUNK = 64  # programs judged together (and printed) at a time
 
 def run(args: argparse.Namespace) -> int:
     """Judge every line of `args.file`; optional `args.backend` (auto) and `args.mode` (fraction or all)."""
-    import sandbox
-    from verifiers.code import score_result
+    from rlvr import sandbox
+    from rlvr.verifiers.code import score_result
 
     backend = getattr(args, "backend", None) or "auto"
     mode = getattr(args, "mode", None) or "fraction"
@@ -80,7 +80,7 @@ def _print_chunk(rows: list[dict[str, Any]], problems: list[str | None], judged:
 
 def _read(path: str) -> tuple[list[dict[str, Any]], list[Any], list[str | None]]:
     """Rows, their sandbox Jobs (None where malformed) and, per row, the problem that stops judging it."""
-    import sandbox
+    from rlvr import sandbox
 
     rows: list[dict[str, Any]] = []
     jobs: list[Any] = []

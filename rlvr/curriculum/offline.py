@@ -35,7 +35,7 @@ from rlvr.preflight import CheckOptions
 from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
 from rlvr.verifier_inputs import sample_dict
-from verifiers.reward import RewardFunction
+from rlvr.verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"
 N_SAMPLES = "n_samples"
@@ -181,11 +181,13 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
             recipe's rollout engine on the recipe's model (loaded only then).
         progress: show the progress bar. on_chunk: called with the number of prompts measured after each flush.
     Raises:
-        FilterError: bad arguments or an ``out_path`` from another run. DataError, ModelLoadError,
+        FilterError: bad arguments, a recipe without verifiers, or an ``out_path`` from another run. DataError, ModelLoadError,
         UnknownVerifierError: before any model is loaded.
     """
     if k < 1:
         raise FilterError(f"--k must be >= 1, got {k}")
+    if recipe.solved_verifier is None:
+        raise FilterError("a solve rate needs a verifier, and the recipe lists none: add one under verifiers:")
     if not 0.0 <= min_rate <= max_rate <= 1.0:
         raise FilterError(f"need 0 <= --min <= --max <= 1, got --min {min_rate} --max {max_rate}")
     if chunk_size < 1:

@@ -4,7 +4,7 @@ Each row: `task_id`, `prompt` (signature + docstring, to be completed), `stub` (
 verifier: templates may replace `prompt`), `entry_point` (the function's name), `test_type="assert"`,
 `tests` (the problem's `check` function followed by `check(<entry_point>)`), and `canonical_solution` (the
 reference body; never shown to the model). The `code` verifier runs `tests`
-against a completion in the sandbox, with the stub's helpers bound first (`verifiers.code.build_tests`): on
+against a completion in the sandbox, with the stub's helpers bound first (`rlvr.verifiers.code.build_tests`): on
 HumanEval/32, /38 and /50 the tests call a helper the prompt defines (`poly`, `encode_cyclic`,
 `encode_shift`), and a completion must not be able to redefine it. Use it as an eval set, or as a small training set for code RL
 (`recipes/code_rl.yaml`). The package's own `execution.py` runs code unsandboxed: never call it.

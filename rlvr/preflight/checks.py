@@ -13,11 +13,11 @@ from rlvr.data.prompts import PromptSet
 from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.gold import check_gold
-from rlvr.preflight.memory import EXTRA_MODELS, estimate_memory, judge_memory
+from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.template_checks import check_eos, check_prefill
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 
 @dataclass
@@ -71,10 +71,8 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
     try:
         shapes = {"policy": model_shape(model_path or recipe.model.name,
                                         trust_remote_code=recipe.model.trust_remote_code)}
-        for role, name_of, _ in EXTRA_MODELS:
-            name = name_of(recipe)
-            if name is not None:
-                shapes[role] = shapes["policy"] if name == recipe.model.name else model_shape(name)
+        for role, name, _ in held_models(recipe)[1:]:
+            shapes[role] = shapes["policy"] if name == recipe.model.name else model_shape(name)
     except ValueError as exc:
         report.add("skip", "memory", str(exc))
         return

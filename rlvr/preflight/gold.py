@@ -10,10 +10,10 @@ from typing import Any
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
 from rlvr.preflight.report import Report
-from verifiers.format_tags import prompt_prefills_think
-from verifiers.math_extract import extract_answer
-from verifiers.registry import get_verifier
-from verifiers.reward import RewardFunction, VerifierSpec
+from rlvr.verifiers.format_tags import prompt_prefills_think
+from rlvr.verifiers.math_extract import extract_answer
+from rlvr.verifiers.registry import get_verifier
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
 NOT_ANSWER_CHECKS = {"overlong": "shapes length, has no gold", "length_penalty": "shapes length, has no gold",
                      "countdown": "the rows hold no gold equation", "code": "would run the sandbox"}
@@ -56,6 +56,9 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
         row_number: ``id(row) -> its 0-based index in the dataset`` (rows are shuffled by the split).
     """
     field = recipe.data.answer_field
+    if not specs:
+        report.add("skip", "gold", "no verifiers (a reward model alone scores the completions): no gold to check")
+        return
     checked = [(i, s) for i, s in enumerate(specs) if s.name not in NOT_ANSWER_CHECKS]
     for s in specs:
         if s.name in NOT_ANSWER_CHECKS:

@@ -7,7 +7,8 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - each trainable model (the policy; a critic): weights 4N (/R under Z = 3), gradients 4N (/R under Z >= 2), Adam's two
   moments 8N (/R under Z >= 1; on the host with ``trainer.offload_optimizer``), and under Z = 3 two gathered blocks
   (the current layer and the prefetched one) in fp32. ZeRO: Rajbhandari et al., 1910.02054, section 5.
-- each frozen model (the KL reference; a reward model): fp32 weights 4N, not sharded (the trainer loads it whole).
+- each frozen model (the reference policy; each reward model of an ensemble): fp32 weights 4N, not sharded (the
+  trainer loads it whole).
 - activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
   planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
   per block of a Llama-style layer (:func:`block_activation_bytes_per_token`; SDPA/flash attention keeps no L x L
@@ -27,13 +28,19 @@ autograd saves for backward are 2.5% below this count without checkpointing and 
 (``benchmarks/bench_activation_memory.py``); the CPU demo's count, 3.9 GiB, plus the 0.4 GiB the interpreter and
 libraries take, matches its measured peak RSS of 4.3 GiB. Not compared with a GPU yet.
 
-Adding a model (a critic, a reward model) is one line in :data:`EXTRA_MODELS`.
+The models held beside the policy are read from the recipe as the trainer reads it (:data:`EXTRA_MODELS`): the
+reference when ``algorithm.kl.beta > 0`` or for PPO (which always loads it, to measure the KL from the initial policy),
+each reward model under ``reward.source: reward_model | both``, and PPO's critic (trained: a copy of the first reward
+model with ``algorithm.critic.init: reward_model``, else of the policy). A reward model's size is read from its
+``config.json`` as a causal LM's, so an untied LM head it does not have is counted too (a slight overestimate). Adding a
+model is one line in :data:`EXTRA_MODELS`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
@@ -46,7 +53,7 @@ ASSUMED_PROMPT_TOKENS = 512
 
 
 def _key(recipe: Any, dotted: str) -> Any:
-    """``recipe.a.b`` or ``None`` when any part is missing (keys other branches are still adding)."""
+    """``recipe.a.b`` or ``None`` when any part is missing."""
     obj = recipe
     for part in dotted.split("."):
         obj = getattr(obj, part, None)
@@ -55,14 +62,51 @@ def _key(recipe: Any, dotted: str) -> Any:
     return obj
 
 
-EXTRA_MODELS: tuple[tuple[str, Callable[[Recipe], str | None], bool], ...] = (
-    # (role, the model the recipe names for it or None when it has none, trained?)
-    ("reference", lambda r: r.model.name if r.algorithm.kl.beta > 0 else None, False),
-    ("reward model", lambda r: _key(r, "reward_model.model.name") or _key(r, "reward_model.path"), False),
-    ("critic", lambda r: _key(r, "critic.model.name") or _key(r, "algorithm.critic.model"), True),
+def model_folder(path: str) -> str:
+    """The folder with a reward model's ``config.json``: ``path``, or ``path/model`` for an ``rlvr rm train`` run
+    directory (``reward_model.path`` may name either)."""
+    if not (Path(path) / "config.json").is_file() and (Path(path) / "model" / "config.json").is_file():
+        return str(Path(path) / "model")
+    return path
+
+
+def reward_model_paths(recipe: Recipe) -> list[str]:
+    """The reward models the trainer loads: ``reward_model.path`` or every one of ``paths`` (an ensemble), when
+    ``reward.source`` uses them; else none."""
+    rm = recipe.reward_model
+    if rm is None or recipe.reward.source == "verifiers":
+        return []
+    return [model_folder(p) for p in (rm.paths or [rm.path])]
+
+
+def critic_path(recipe: Recipe) -> list[str]:
+    """PPO's critic: the first reward model (``critic.init: reward_model``) or the policy; none for other algorithms."""
+    a = recipe.algorithm
+    if a.name != "ppo":
+        return []
+    if a.critic.init == "reward_model" and recipe.reward_model is not None:
+        rm = recipe.reward_model
+        return [model_folder(rm.path or rm.paths[0])]
+    return [recipe.model.name]
+
+
+EXTRA_MODELS: tuple[tuple[str, Callable[[Recipe], list[str]], bool], ...] = (
+    # (role, the models the recipe holds in it (none, one, or an ensemble's members), trained?)
+    ("reference", lambda r: [r.model.name] if r.algorithm.kl.beta > 0 or r.algorithm.name == "ppo" else [], False),
+    ("reward model", reward_model_paths, False),
+    ("critic", critic_path, True),
 )
-"""Models held beside the policy. The reward-model and critic keys are read defensively: a recipe without them (today's
-schema) holds none."""
+"""Models held beside the policy, read from the recipe as the trainer builds them (:mod:`rlvr.trainer.trainer`)."""
+
+
+def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
+    """``(role, model name or folder, trained)`` of every model a run of ``recipe`` holds, the policy first; an
+    ensemble's members are ``reward model 1``, ``reward model 2``, ..."""
+    held = [("policy", recipe.model.name, True)]
+    for role, names_of, trained in EXTRA_MODELS:
+        names = names_of(recipe)
+        held += [(role if len(names) == 1 else f"{role} {i + 1}", name, trained) for i, name in enumerate(names)]
+    return held
 
 
 def compute_bytes(recipe: Recipe, device_kind: str) -> int:
@@ -157,8 +201,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
     """Bytes per rank of ``recipe`` on ``device`` with ``ranks`` data-parallel ranks.
 
     Args:
-        shapes: ``policy`` and each role of :data:`EXTRA_MODELS` the recipe holds, by role (a role whose model is the
-            policy's, like the reference, may be left out).
+        shapes: each role of :func:`held_models` (``policy``, ``reference``, ``reward model`` or ``reward model 1``,
+            ..., ``critic``), by role; a role whose model is the policy's (the reference) may be left out.
         max_prompt_tokens: the longest training prompt; ``None``: :data:`ASSUMED_PROMPT_TOKENS` (noted).
     Raises:
         KeyError: a role the recipe holds without its shape in ``shapes``.
@@ -168,16 +212,14 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
     parts: list[Part] = []
     notes: list[str] = []
     host = 0.0
-    held = [("policy", r.model.name, True)] + [(role, name_of(r), trained) for role, name_of, trained in EXTRA_MODELS]
-    for role, name, trained in held:
-        if name is None:
-            continue
+    for role, name, trained in held_models(r):
         shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
         n = shape.params
         if not trained:
             parts.append(Part(f"{role} weights (fp32, whole)", 4 * n, "resident",
-                              "algorithm.kl.beta: 0 (no reference model)" if role == "reference" else
-                              f"a smaller {role}"))
+                              ("algorithm.kl.beta: 0 (no reference model)" if r.algorithm.name != "ppo" else
+                               "a smaller policy (PPO always holds the reference)") if role == "reference" else
+                              "a smaller reward model, or fewer in the ensemble"))
             continue
         parts.append(Part(f"{role} weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
                           4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))

@@ -10,7 +10,7 @@ from typing import Any
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
 from rlvr.preflight.report import Report
-from verifiers.reward import VerifierSpec
+from rlvr.verifiers.reward import VerifierSpec
 
 _MARK = "RLVRMARKQ7"
 

@@ -51,13 +51,17 @@ def build_pairs(recipe: Recipe, out_path: Path, *, num_prompts: int | None = Non
     Returns:
         stats: prompts, samples, solve rate, prompts with mixed groups, pairs, wall time.
     Raises:
-        DataError, ModelLoadError, UnknownVerifierError: as the trainer does; ValueError: an unknown split.
+        DataError, ModelLoadError, UnknownVerifierError: as the trainer does; ValueError: an unknown split, or a
+        recipe without verifiers.
     """
     from rlvr.recipe_inputs import build_engine, recipe_inputs
     from rlvr.verifier_inputs import sample_dict
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    if recipe.solved_verifier is None:
+        raise ValueError("rlvr rm pairs labels pairs with the recipe's solved verifier, and the recipe lists no "
+                         "verifiers: add one (e.g. verifiers: [{name: math}])")
     t0 = time.time()
     torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)

@@ -1,8 +1,11 @@
-"""The critic of the PPO path (``advantage.type: gae``): a value model, its worker and its value-loss objective.
+"""The critic of the PPO path (``algorithm.name: ppo``, ``advantage.type: gae``): a value model, its worker and its
+value-loss objective.
 
-The value model is a scalar head on a causal-LM trunk (:class:`rlvr.reward_model.model.RewardModel`'s layout, built
-from the policy's weights), read at *every* position: the value of response token t, V(s_t), is the head on the hidden
-state of the position that predicts token t (the one before it), as TRL and OpenRLHF read it. The critic is trained by
+The value model is a scalar head on a causal-LM trunk (:class:`rlvr.reward_model.model.RewardModel`'s layout), built
+from the reward model (trunk and trained head: ``algorithm.critic.init: reward_model``, the default with a reward
+model) or from the policy's weights with a new head (``init: policy``), read at *every* position: the value of
+response token t, V(s_t), is the head on the hidden state of the position that predicts token t (the one before it),
+as TRL and OpenRLHF read it. The critic is trained by
 the same update loop as the policy (:func:`rlvr.trainer.update_loop.run_update`) with PPO's clipped value loss
 (:func:`rlvr.value_loss.clipped_value_loss`).
 
@@ -31,8 +34,8 @@ class ValueModel(torch.nn.Module):
     """Per-position values (N, L) fp32 from a reward-model-shaped module (trunk + scalar head).
 
     Args:
-        rm: the trunk and head (:meth:`RewardModel.from_backbone` on the policy's folder: head init
-            normal(0, 1/sqrt(d + 1)), zero bias).
+        rm: the trunk and head: :meth:`RewardModel.load` of the reward model (its trained head), or
+            :meth:`RewardModel.from_backbone` on the policy's folder (head init normal(0, 1/sqrt(d + 1)), zero bias).
     """
 
     def __init__(self, rm: RewardModel) -> None:
@@ -117,13 +120,41 @@ def critic_metrics(sums: dict[str, float], batch: RolloutBatch) -> dict[str, flo
             "critic/grad_norm": sums.get("grad_norm", 0.0) / opt_steps}
 
 
+def critic_source(recipe: Recipe, model_path: str) -> tuple[str, str]:
+    """``(init, folder)`` the critic is built from: ``("reward_model", reward_model.path or the first of
+    reward_model.paths)`` or ``("policy", model_path)`` (``algorithm.critic.init``, resolved by the recipe).
+
+    Raises:
+        ValueError: ``init: reward_model`` without a ``reward_model:`` section (the recipe refuses it already).
+    """
+    init = recipe.algorithm.critic.init or ("reward_model" if recipe.reward_model is not None else "policy")
+    if init == "policy":
+        return init, model_path
+    rm = recipe.reward_model
+    if rm is None:
+        raise ValueError("algorithm.critic.init='reward_model' needs a reward_model: section")
+    return init, str(rm.path or rm.paths[0])
+
+
+def build_value_model(recipe: Recipe, model_path: str) -> ValueModel:
+    """The critic's module before DeepSpeed: a copy of the reward model, trunk and trained head (``init:
+    reward_model``; the RM's score of a prefix is a sensible first value, as InstructGPT, TRL's PPO scripts and
+    OpenRLHF start the critic), or the policy's trunk (``model_path``) with a head drawn with ``recipe.seed``."""
+    init, folder = critic_source(recipe, model_path)
+    if init == "reward_model":
+        return ValueModel(RewardModel.load(folder))
+    return ValueModel(RewardModel.from_backbone(folder, seed=recipe.seed))
+
+
 def build_critic(recipe: Recipe, model_path: str, dist: DistInfo, pad_id: int,
                  autocast_dtype: torch.dtype | None) -> CriticWorker:
-    """The PPO critic: a value head on a copy of the policy's trunk (``model_path``), on its own DeepSpeed engine and
-    optimizer (``algorithm.critic.lr``, the policy's schedule and ZeRO stage)."""
+    """The PPO critic (:func:`build_value_model`) on its own DeepSpeed engine and optimizer
+    (``algorithm.critic.lr``, the policy's schedule and ZeRO stage)."""
     r, a = recipe, recipe.algorithm
-    with phase("critic (value head on the policy's trunk)", dist.is_main):
-        module = ValueModel(RewardModel.from_backbone(model_path, seed=r.seed)).to(dist.device)
+    init, folder = critic_source(recipe, model_path)
+    what = f"copy of the reward model {folder}" if init == "reward_model" else "value head on the policy's trunk"
+    with phase(f"critic ({what})", dist.is_main):
+        module = build_value_model(r, model_path).to(dist.device)
         engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
                               r.trainer.steps * a.ppo_epochs * a.mini_batches)
     return CriticWorker(module, engine, dist=dist, pad_id=pad_id,

@@ -3,7 +3,7 @@
 One interface (:class:`RewardSource`) for every way a step is rewarded, so the trainer does not care which it has
 (``reward.source`` in the recipe):
 
-- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`verifiers.reward.RewardFunction`
+- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`rlvr.verifiers.reward.RewardFunction`
   in its worker pool; a verifier with ``optimise: false`` is scored and logged as gold but weighs 0 in the total.
 - ``reward_model`` / ``both``: :class:`RewardModelRewards`, a learned reward model (or ensemble, ``reward_model:``)
   scores the exact sampled token ids; the verifiers still run and are logged (as gold scores where they are not
@@ -31,7 +31,7 @@ class RewardScores:
         rewards: (N,) fp32 total reward (what the advantage estimator optimises).
         solved: (N,) bool, the solved-verifier scored 1 (solve rate, curriculum, dynamic sampling).
         valid: (N,) bool, False for a sample to drop (a verifier failed and ``reward.failure_score`` is null).
-        results: N per-sample logs (:class:`verifiers.reward.RewardResult`: per-verifier ``scores``, ``extras``,
+        results: N per-sample logs (:class:`rlvr.verifiers.reward.RewardResult`: per-verifier ``scores``, ``extras``,
             ``failures``), for metrics and sample dumps.
     """
 
@@ -60,18 +60,20 @@ class VerifierRewards:
     """The recipe's verifiers as a reward source.
 
     Args:
-        reward_fn: the verifier pool (:class:`verifiers.reward.RewardFunction`); closed by :meth:`close`.
+        reward_fn: the verifier pool (:class:`rlvr.verifiers.reward.RewardFunction`); closed by :meth:`close`.
         labels: verifier labels in recipe order (``name``, ``name#2`` for repeats).
-        solved_label: the label whose score 1 counts as solved (``solved_verifier``).
+        solved_label: the label whose score 1 counts as solved (``solved_verifier``); ``None`` when the recipe has no
+            verifier (nothing is ever solved; the trainer then logs no solve rate).
         drop_failed: ``reward.failure_score`` is null: a sample with a failed verifier is not valid.
         gold_labels: labels logged as gold (``reward/gold_<label>``): verifiers that are not optimised.
     Raises:
         ValueError: ``solved_label`` or a gold label not among ``labels``.
     """
 
-    def __init__(self, reward_fn: Any, labels: list[str], solved_label: str, drop_failed: bool,
+    def __init__(self, reward_fn: Any, labels: list[str], solved_label: str | None, drop_failed: bool,
                  gold_labels: list[str] | None = None) -> None:
-        unknown = [lbl for lbl in [solved_label, *(gold_labels or [])] if lbl not in labels]
+        named = ([solved_label] if solved_label is not None else []) + list(gold_labels or [])
+        unknown = [lbl for lbl in named if lbl not in labels]
         if unknown:
             raise ValueError(f"verifier label(s) {unknown} are not among the verifiers {labels}")
         self.reward_fn = reward_fn
@@ -86,7 +88,8 @@ class VerifierRewards:
         return RewardScores(
             rewards=torch.tensor([r.total for r in results], dtype=torch.float32),
             # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
-            solved=torch.tensor([(r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9 for r in results],
+            solved=torch.tensor([self.solved_label is not None and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9
+                                 for r in results],
                                 dtype=torch.bool),
             valid=torch.tensor([not (self.drop_failed and r.failures) for r in results], dtype=torch.bool),
             results=results)

@@ -33,6 +33,7 @@ class RunLoop:
     step_done: int
     tokens_generated: int
     eval_before: dict[str, Any] | None
+    solved_label: str | None
     failure_reasons: dict[str, str | None]
 
     def step(self) -> dict[str, float]:
@@ -70,7 +71,7 @@ class RunLoop:
         training run's numbers.
         """
         ev = self.recipe.eval
-        if not self.prompt_set.eval:
+        if not self.prompt_set.eval or self.solved_label is None:  # pass@k needs a verifier to say "solved"
             return None
         with torch.no_grad():
             return run_eval(self.rollout_engine, self.tokenizer, self.prompt_set.eval, self.reward_fn,
@@ -92,7 +93,11 @@ class RunLoop:
         """Run the remaining steps with an eval before the first and after the last; returns the summary."""
         r = self.recipe
         start_time = time.perf_counter()
-        if r.eval.enabled and self.eval_before is None:
+        evals = r.eval.enabled and self.solved_label is not None
+        if r.eval.enabled and not evals and self.dist.is_main:
+            print("eval skipped: pass@k needs a verifier to say what is solved, and the recipe lists none (add one "
+                  "with optimise: false to log it as gold and evaluate with it)", file=sys.stderr, flush=True)
+        if evals and self.eval_before is None:
             k = 1 if r.eval.temperature == 0 else r.eval.k
             with phase(f"eval before training: {len(self.prompt_set.eval)} prompts x {k}", self.dist.is_main):
                 result = self.evaluate()
@@ -109,7 +114,7 @@ class RunLoop:
             while not self._finished():
                 metrics = self.step()
                 step, last = self.step_done, self._finished()
-                if r.eval.enabled and r.eval.every and step % r.eval.every == 0 and not last:
+                if evals and r.eval.every and step % r.eval.every == 0 and not last:
                     res = self.evaluate()
                     if res:
                         metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
@@ -121,7 +126,7 @@ class RunLoop:
             print(f"token budget spent ({self.tokens_generated:,} of trainer.max_tokens_generated="
                   f"{r.trainer.max_tokens_generated:,} tokens generated): stopping after step {self.step_done}")
         eval_after = None
-        if r.eval.enabled:
+        if evals:
             with phase(f"eval after training: {len(self.prompt_set.eval)} prompts x "
                        f"{1 if r.eval.temperature == 0 else r.eval.k}", self.dist.is_main):
                 res = self.evaluate()

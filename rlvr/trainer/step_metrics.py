@@ -26,6 +26,10 @@ def failure_reasons(batch: RolloutBatch, labels: list[str]) -> dict[str, str | N
             for lbl in labels}
 
 
+SOLVED_METRICS = ("reward/solve_rate", "rollout/response_length_correct", "rollout/response_length_incorrect")
+"""The metrics that need a solved verifier; a recipe without verifiers logs none of them."""
+
+
 def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: float,
                     tokens_generated_total: int) -> dict[str, float]:
     """Reward/solve-rate/length statistics of the step, summed over ranks (every rank must call it).
@@ -41,7 +45,7 @@ def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: flo
     rewards = batch.rewards * valid if batch.rewards is not None else torch.zeros(0)
     per_label = [[(res.scores.get(lbl) if res.scores.get(lbl) is not None else float("nan"))
                   for lbl in labels] for res in batch.reward_results]
-    vals = torch.tensor(per_label, dtype=torch.float64).reshape(-1, len(labels))  # (N, K)
+    vals = torch.tensor(per_label, dtype=torch.float64).reshape(len(per_label), len(labels))  # (N, K); K may be 0
     judged = ~torch.isnan(vals)
     zero_var = 0.0
     if batch.prompts:

@@ -120,7 +120,9 @@ class RLTrainer(RunLoop):
                              "parameters in every generation step, and ranks stop generating at different steps): use "
                              "rollout.engine=vllm, or trainer.zero_stage <= 2")
         self.labels = list(self._labels())
-        self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
+        # no verifiers (a reward model alone): no solved flag, so no solve rate and no pass@k eval
+        self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)] \
+            if r.solved_verifier is not None else None
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
                                      max_new_tokens=r.rollout.max_new_tokens)
         self.sampler = self.curriculum.sampler
@@ -405,6 +407,9 @@ class RLTrainer(RunLoop):
         self.failure_reasons = step_metrics.failure_reasons(batch, self.labels)
         metrics = step_metrics.rollout_metrics(batch, self.labels, timer.seconds.get("rollout", 0.0),
                                                self.tokens_generated)
+        if self.solved_label is None:  # nothing decides "solved": a solve rate of 0 would be a made-up number
+            for key in step_metrics.SOLVED_METRICS:
+                metrics.pop(key, None)
         gold = self.rewards.gold_labels
         if self.reward_model is not None or gold:
             metrics.update(step_metrics.reward_model_metrics(batch, gold, metrics) if self.reward_model is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from sandbox.backends.base import Backend
-from sandbox.errors import SandboxUnavailable
+from rlvr.sandbox.backends.base import Backend
+from rlvr.sandbox.errors import SandboxUnavailable
 
 BACKENDS = ("auto", "docker", "bwrap", "none")
 _RETRY_DOCKER_S = 30.0  # after "no engine", ask again only this much later
@@ -46,15 +46,15 @@ def get_backend(name: str = "auto") -> Backend:
 def _get(name: str) -> Backend:
     if name not in _instances:
         if name == "docker":
-            from sandbox.backends.docker_backend import DockerBackend
+            from rlvr.sandbox.backends.docker_backend import DockerBackend
 
             _instances[name] = DockerBackend()
         elif name == "bwrap":
-            from sandbox.backends.bwrap_backend import BwrapBackend
+            from rlvr.sandbox.backends.bwrap_backend import BwrapBackend
 
             _instances[name] = BwrapBackend()
         else:
-            from sandbox.backends.unsafe_local import UnsafeLocalBackend
+            from rlvr.sandbox.backends.unsafe_local import UnsafeLocalBackend
 
             _instances[name] = UnsafeLocalBackend()
     return _instances[name]

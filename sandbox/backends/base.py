@@ -5,9 +5,9 @@ import os
 from abc import ABC, abstractmethod
 from typing import Hashable, Sequence
 
-from sandbox.batch import BatchOutcome
-from sandbox.jobs import Job
-from sandbox.languages import Language, missing_tools
+from rlvr.sandbox.batch import BatchOutcome
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.languages import Language, missing_tools
 
 
 class Backend(ABC):

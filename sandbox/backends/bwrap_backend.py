@@ -18,12 +18,12 @@ import subprocess
 from functools import cache
 from typing import Hashable, Sequence
 
-from sandbox.backends.base import Backend, default_workers
-from sandbox.backends.process_channel import ProcessChannel
-from sandbox.batch import BatchOutcome, request_bytes, run_batch
-from sandbox.errors import SandboxUnavailable
-from sandbox.harness import driver_source
-from sandbox.jobs import Job
+from rlvr.sandbox.backends.base import Backend, default_workers
+from rlvr.sandbox.backends.process_channel import ProcessChannel
+from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch
+from rlvr.sandbox.errors import SandboxUnavailable
+from rlvr.sandbox.harness import driver_source
+from rlvr.sandbox.jobs import Job
 
 # bwrap's own environment: its init (pid 1 inside) keeps it, and /proc/1/environ is readable there, so
 # nothing of ours may be in it.

@@ -16,13 +16,13 @@ from typing import Any, Hashable, Sequence
 import docker
 import docker.errors
 
-from sandbox.backends.base import Backend, default_workers
-from sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
-from sandbox.batch import BatchOutcome, request_bytes, run_batch
-from sandbox.errors import SandboxUnavailable
-from sandbox.harness import driver_source
-from sandbox.jobs import Job
-from sandbox.languages import Language
+from rlvr.sandbox.backends.base import Backend, default_workers
+from rlvr.sandbox.backends.docker_pool import SANDBOX_UID, ContainerPool, ContainerSpec
+from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch
+from rlvr.sandbox.errors import SandboxUnavailable
+from rlvr.sandbox.harness import driver_source
+from rlvr.sandbox.jobs import Job
+from rlvr.sandbox.languages import Language
 
 IMAGE_ENV = Path(__file__).resolve().parent.parent / "image.env"
 STDERR_TAIL = 8192

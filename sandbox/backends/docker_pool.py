@@ -25,8 +25,8 @@ from typing import Any
 import docker
 import docker.errors
 
-from sandbox.errors import SandboxError, SandboxUnavailable
-from sandbox.limits import Limits
+from rlvr.sandbox.errors import SandboxError, SandboxUnavailable
+from rlvr.sandbox.limits import Limits
 
 LABEL = "rlvr.sandbox"
 OWNER_LABEL = "rlvr.sandbox.owner"

@@ -10,11 +10,11 @@ import sys
 import tempfile
 from typing import Sequence
 
-from sandbox.backends.base import Backend
-from sandbox.backends.process_channel import ProcessChannel
-from sandbox.batch import BatchOutcome, request_bytes, run_batch
-from sandbox.harness import driver_source
-from sandbox.jobs import Job
+from rlvr.sandbox.backends.base import Backend
+from rlvr.sandbox.backends.process_channel import ProcessChannel
+from rlvr.sandbox.batch import BatchOutcome, request_bytes, run_batch
+from rlvr.sandbox.harness import driver_source
+from rlvr.sandbox.jobs import Job
 
 
 class UnsafeLocalBackend(Backend):

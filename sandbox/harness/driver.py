@@ -22,7 +22,7 @@ Why the program cannot fool it although it shares our uid:
 - after every stdio test and every job, all other processes in the sandbox are killed (kill(-1): only in a
   private pid namespace; otherwise our descendants one by one) and, after a job, the scratch is wiped.
 """
-# Shipped after codec.py, processes.py and rpc.py (see `sandbox.harness`), whose names it uses.
+# Shipped after codec.py, processes.py and rpc.py (see `rlvr.sandbox.harness`), whose names it uses.
 import ctypes
 import fcntl
 import json

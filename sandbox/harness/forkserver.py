@@ -19,7 +19,7 @@ fresh interpreter: the modules the server imported are already loaded, and the h
 (one per batch). A program that kills the server only ends its own test (its child is then reaped by the
 driver, the subreaper, and the server restarted).
 """
-# Shipped after processes.py (see `sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
+# Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
 import fcntl
 import json
 import socket

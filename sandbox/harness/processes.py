@@ -1,6 +1,6 @@
 """Processes inside the sandbox: a spawned program (`_Proc`), its rlimits, and the helpers that kill, reap
 and clean up after it. Standard library only; shipped as source after codec.py and before rpc.py and
-driver.py (see `sandbox.harness`), so the three share one namespace at run time."""
+driver.py (see `rlvr.sandbox.harness`), so the three share one namespace at run time."""
 import ctypes
 import math
 import os
