@@ -12,7 +12,7 @@ b. ``rm``: ``rlvr rm train recipes/rm_demo.yaml`` on those pairs: held-out pairw
 c. ``ppo_kl`` and ``ppo_no_kl``: ``rlvr train recipes/ppo_rm_demo.yaml`` against that RM, the math verifier logged as
    gold (``optimise: false``): with the recipe's KL penalty, and without one at a higher learning rate;
 d. the plot: proxy (RM score) and gold (verifier) against sqrt(KL from the initial policy), Gao et al. 2022 Fig. 1;
-e. ``grpo_rm``: GRPO against the same RM (only ``algorithm.advantage.type`` differs from ``ppo_kl``: same prompts x
+e. ``grpo_rm``: GRPO against the same RM (only ``algorithm.name`` differs from ``ppo_kl``: same prompts x
    samples, model, reward model, KL penalty), for the step time of PPO vs GRPO: the median over the steps after the
    first (warm-up) of each stage (rollout, reward, old/ref log-probs, values, update policy / critic), the same steps
    of ``ppo_kl``.
@@ -51,11 +51,11 @@ class Sizes:
     pair_group_size: int | None = None
     rm_overrides: list[str] = field(default_factory=list)
     ppo_steps: int = 20
-    prompts_per_step: int = 8
+    prompts_per_step: int = 6
     group_size: int = 4
     lr_kl: float = 1.0e-5        # the recipe's
     lr_no_kl: float = 3.0e-5     # no KL penalty and a higher lr: a chance for over-optimisation to show
-    timing_steps: int = 5        # GRPO steps (and the same first steps of ppo_kl): 1 warm-up + 4 measured
+    timing_steps: int = 4        # GRPO steps (and the same first steps of ppo_kl): 1 warm-up + 3 measured
 
 
 FULL = Sizes()
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         stages.append(run_stage(name, ppo_argv(out / name, rm_dir, sizes, t, sizes.ppo_steps, extra), out / "logs"))
     # e. GRPO against the same RM on the same batch shape (only the advantage estimator differs from ppo_kl)
     stages.append(run_stage("grpo_rm", ppo_argv(out / "grpo_rm", rm_dir, sizes, t, sizes.timing_steps,
-                                                [f"optim.lr={sizes.lr_kl}", "algorithm.advantage.type=grpo"]),
+                                                [f"optim.lr={sizes.lr_kl}", "algorithm.name=grpo"]),
                             out / "logs"))
     total_wall, total_cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
 
