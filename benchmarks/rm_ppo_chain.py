@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from rm_ppo_report import curve_summary, plot_gold_vs_proxy, read_curve, stage_medians, step_time_table  # noqa: E402
@@ -50,7 +52,7 @@ class Sizes:
     pair_prompts: int = 240      # demo training prompts sampled for pairs (x demo's 8 samples)
     pair_group_size: int | None = None
     rm_overrides: list[str] = field(default_factory=list)
-    ppo_steps: int = 20
+    ppo_steps: int = 12
     prompts_per_step: int = 6
     group_size: int = 4
     lr_kl: float = 1.0e-5        # the recipe's
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # d. the over-optimisation plot and the numbers
     curves = {name: read_curve(_records(out / name)) for name in runs}
-    labels = {"ppo_kl": f"PPO, KL penalty (beta 0.05), lr {sizes.lr_kl:g}",
+    beta = yaml.safe_load((out / "ppo_kl" / "recipe.resolved.yaml").read_text())["algorithm"]["kl"]["beta"]
+    labels = {"ppo_kl": f"PPO, KL penalty (beta {beta:g}), lr {sizes.lr_kl:g}",
               "ppo_no_kl": f"PPO, no KL penalty, lr {sizes.lr_no_kl:g}"}
     plot_gold_vs_proxy({labels[k]: v for k, v in curves.items()}, plot_path,
                        title=f"SmolLM2-135M-Instruct vs a learned RM (held-out pair acc. "
