@@ -52,12 +52,12 @@ class Sizes:
     pair_prompts: int = 240      # demo training prompts sampled for pairs (x demo's 8 samples)
     pair_group_size: int | None = None
     rm_overrides: list[str] = field(default_factory=list)
-    ppo_steps: int = 12
+    ppo_steps: int = 6
     prompts_per_step: int = 6
     group_size: int = 4
     lr_kl: float = 1.0e-5        # the recipe's
     lr_no_kl: float = 3.0e-5     # no KL penalty and a higher lr: a chance for over-optimisation to show
-    timing_steps: int = 4        # GRPO steps (and the same first steps of ppo_kl): 1 warm-up + 3 measured
+    timing_steps: int = 3        # GRPO steps (and the same first steps of ppo_kl): 1 warm-up + 2 measured
 
 
 FULL = Sizes()
