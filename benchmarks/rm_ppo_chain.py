@@ -1,6 +1,6 @@
 """The learned-reward chain on the CPU demo task, end to end, with one command:
 
-    python benchmarks/rm_ppo_chain.py                 # ~30 min on 2 idle cores (make rm-ppo-demo)
+    python benchmarks/rm_ppo_chain.py                 # sized for ~30 min on 2 idle cores (make rm-ppo-demo)
     python benchmarks/rm_ppo_chain.py --quick         # a smoke run of every stage: tiny sizes, a few minutes
     python benchmarks/rm_ppo_chain.py --pairs datasets/larger_2d_pairs.jsonl   # reuse shipped pairs (skips stage a)
 
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ class Sizes:
     pair_prompts: int = 240      # demo training prompts sampled for pairs (x demo's 8 samples)
     pair_group_size: int | None = None
     rm_overrides: list[str] = field(default_factory=list)
-    ppo_steps: int = 6
+    ppo_steps: int = 20          # --ppo-steps; the README's run used 6 (longer ones were OOM-killed when shared)
     prompts_per_step: int = 6
     group_size: int = 4
     lr_kl: float = 1.0e-5        # the recipe's
@@ -141,10 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per process (default 1)")
     ap.add_argument("--pairs", type=Path, default=None, help="reuse this pairs file: skips stage a")
     ap.add_argument("--rm", type=Path, default=None, help="reuse this `rlvr rm train` run: skips stage b")
+    ap.add_argument("--ppo-steps", type=int, default=None, help="steps of each PPO run (default 20; --quick 3)")
     ap.add_argument("--plot", type=Path, default=None,
                     help="plot path (default docs/rm_ppo_gold_vs_proxy.png; OUT/gold_vs_proxy.png with --quick)")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.ppo_steps is not None:
+        if args.ppo_steps < sizes.timing_steps:
+            ap.error(f"--ppo-steps must be >= {sizes.timing_steps} (the steps the PPO vs GRPO timing compares)")
+        sizes = replace(sizes, ppo_steps=args.ppo_steps)
     out = (args.out or ROOT / "runs" / ("rm_ppo_chain_quick" if args.quick else "rm_ppo_chain")).resolve()
     plot_path = args.plot or (out / "gold_vs_proxy.png" if args.quick else ROOT / "docs" / "rm_ppo_gold_vs_proxy.png")
     out.mkdir(parents=True, exist_ok=True)
