@@ -1,6 +1,7 @@
 """The stages of one training step, in order, and their wall-clock timer (``time/<stage>_s`` metrics).
 
 The names are shared by the trainer's ``step()``, the timers, the metric prefixes and the README's table.
+``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it.
 """
 
 from __future__ import annotations
@@ -9,20 +10,28 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update", "sync", "checkpoint")
+STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update", "update_critic",
+          "sync", "checkpoint")
 
 
 class StageTimer:
     """Wall-clock seconds per stage of one step (``time/<stage>_s`` metrics); a stage entered twice (dynamic
-    sampling's rounds) adds up."""
+    sampling's rounds) adds up. A stage entered inside another is counted only as itself: the enclosing stage's
+    seconds exclude it, so the stages of a step add up to the step's time."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._nested: list[float] = []  # per open stage: seconds spent in stages nested inside it
 
     @contextmanager
     def __call__(self, stage: str) -> Iterator[None]:
         start = time.perf_counter()
+        self._nested.append(0.0)
         try:
             yield
         finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            inner = self._nested.pop()
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed - inner
+            if self._nested:
+                self._nested[-1] += elapsed

@@ -370,9 +370,11 @@ class RLTrainer(RunLoop):
             if out.returns is not None:
                 batch.returns = out.returns
 
-    def update(self, batch: RolloutBatch, loss_scale: float = 1.0) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, loss_scale: float = 1.0, timer: StageTimer | None = None
+               ) -> dict[str, float]:
         """The policy update (:func:`rlvr.trainer.update_loop.run_update` with the policy loss); ``loss_scale``
         multiplies the loss (dynamic sampling's unfilled steps, see ``DynamicSamplingConfig.scale_unfilled``).
+        Then, for PPO, the critic's update, timed by ``timer`` as its own stage ``update_critic``.
         Moves the adaptive KL coefficient after the update."""
         r, a = self.recipe, self.recipe.algorithm
         objective = PolicyObjective(self.policy, a, self.kl_ctl.beta, r.rollout.max_new_tokens, loss_scale)
@@ -383,9 +385,11 @@ class RLTrainer(RunLoop):
                               seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
             metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
         if self.critic is not None:
-            value_sums = run_update(self.critic, batch, ValueObjective(self.critic, a, r.rollout.max_new_tokens),
-                                    epochs=a.ppo_epochs, mini_batches=a.mini_batches,
-                                    seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
+            with (timer or StageTimer())("update_critic"):
+                value = ValueObjective(self.critic, a, r.rollout.max_new_tokens)
+                value_sums = run_update(self.critic, batch, value,
+                                        epochs=a.ppo_epochs, mini_batches=a.mini_batches,
+                                        seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
             metrics.update(critic_metrics(value_sums, batch))
             metrics["train/sqrt_kl_from_init"] = step_metrics.sqrt_kl_from_init(batch)
         if self.ref_model is not None and "train/kl" in metrics:
@@ -403,7 +407,7 @@ class RLTrainer(RunLoop):
             # skipped on the global count (a rank without groups still joins the collective update)
             ds = self.recipe.algorithm.dynamic_sampling
             scale = info["rollout/batch_filled"] if ds.enabled and ds.scale_unfilled else 1.0
-            train_metrics = self.update(batch, loss_scale=scale) if info["rollout/groups_kept"] \
+            train_metrics = self.update(batch, loss_scale=scale, timer=timer) if info["rollout/groups_kept"] \
                 else {"train/skipped_empty_batch": 1.0}
         if self.step_done == 0:
             self._report_rollout_logprob_check(train_metrics)
