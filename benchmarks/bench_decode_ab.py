@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rlvr.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 
@@ -75,8 +76,9 @@ def main() -> None:
     model = load_causal_lm(path, recipe.model)
     eos = eos_token_ids(model, tok)
     gen_sdpa = _low_precision_copy(model, torch.bfloat16)
+    gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
     gen_gqa = _low_precision_copy(model, torch.bfloat16)
-    gen_gqa.config._attn_implementation = decode.GQA_DECODE_ATTENTION
+    use_grouped_query_attention(gen_gqa)
     prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
                for q in QUESTIONS[:args.prompts]]

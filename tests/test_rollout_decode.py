@@ -7,6 +7,7 @@ from transformers import AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from rlvr.logprobs import response_logprobs
+from rlvr import attention
 from rlvr.rollout import decode
 from tests.tiny import build_tiny_model, build_tokenizer
 
@@ -16,7 +17,7 @@ class _Attn(torch.nn.Module):  # what sdpa_attention_forward reads from an atten
     is_causal = True
 
 
-def test_gqa_decode_attention_equals_repeat_kv_sdpa_with_a_padding_mask():
+def test_decode_attention_equals_repeat_kv_sdpa_with_a_padding_mask():
     torch.manual_seed(0)
     r, kv_heads, groups, d, length = 4, 2, 3, 8, 7
     q = torch.randn(r, kv_heads * groups, 1, d)
@@ -25,7 +26,7 @@ def test_gqa_decode_attention_equals_repeat_kv_sdpa_with_a_padding_mask():
     mask = torch.ones(r, 1, 1, length, dtype=torch.bool)
     mask[0, ..., :3] = False  # left padding on two rows
     mask[2, ..., :1] = False
-    out, _ = decode.gqa_decode_attention(_Attn(), q, k, v, mask, scaling=d ** -0.5)
+    out, _ = attention.grouped_query_attention(_Attn(), q, k, v, mask, scaling=d ** -0.5)
     ref, _ = sdpa_attention_forward(_Attn(), q, k, v, mask, scaling=d ** -0.5)
     assert out.shape == ref.shape == (r, 1, kv_heads * groups, d)
     torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
@@ -70,19 +71,19 @@ def test_greedy_decode_with_gqa_attention_matches_generate(gqa_model_and_tok):
     prompts = [tok("1+2=?")["input_ids"], tok("13+4=?:")["input_ids"], tok("a")["input_ids"]]
     ids, mask = _left_pad(prompts, tok.pad_token_id)
     calls = []
-    fn = decode.gqa_decode_attention
+    fn = attention.grouped_query_attention
 
     def counting(*args, **kwargs):
         calls.append(args[1].shape[2])
         return fn(*args, **kwargs)
 
-    decode.AttentionInterface.register(decode.GQA_DECODE_ATTENTION, counting)
-    model.config._attn_implementation = decode.GQA_DECODE_ATTENTION
+    attention.AttentionInterface.register(attention.GQA_ATTENTION, counting)
+    model.config._attn_implementation = attention.GQA_ATTENTION
     try:
         tokens, _ = decode.sample(model, ids, mask, 2, max_new_tokens=8, temperature=0, top_k=0, top_p=1.0,
                                   eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id)
     finally:
-        decode.AttentionInterface.register(decode.GQA_DECODE_ATTENTION, fn)
+        attention.AttentionInterface.register(attention.GQA_ATTENTION, fn)
         model.config._attn_implementation = "sdpa"
     assert 1 in calls  # the decode steps went through the copy-free attention
     for u, p in enumerate(prompts):

@@ -8,10 +8,8 @@ also keeps every step's fp32 logits, (T, R, V), to the end. Here:
 
 - :class:`PreallocatedCache`: each layer's keys/values live in one (R, H_kv, P + T, d) buffer; a step writes its
   column in place and attention reads a view of the filled part (no copy).
-- :func:`gqa_decode_attention`: for one query token, the G = H / H_kv query heads that share a KV head are laid out
-  as G query *positions* of that head, (R, H_kv, G, d), and go through plain SDPA against the un-repeated cache with
-  the padding mask (no causal structure among them: they are one token). Exactly the attention of ``repeat_kv`` +
-  SDPA, without the copy. Prefill (several query tokens) goes through transformers' SDPA unchanged.
+- :func:`rlvr.attention.grouped_query_attention` (on the engine's generation copy): for one query token, attention
+  over the un-repeated cache, exactly ``repeat_kv`` + SDPA without the copy.
 - the log-prob of each sampled token is taken at once from that step's logits; no (T, R, V) stack.
 
 Sampling uses transformers' own temperature, top-k and top-p warpers in ``generate``'s order, then one exact draw
@@ -24,18 +22,11 @@ last bits), so a seeded run samples other tokens than it did with ``generate``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
-from transformers import AttentionInterface, DynamicCache
+from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
                                                     TopPLogitsWarper)
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-GQA_DECODE_ATTENTION = "rlvr_gqa_decode"
-"""The name :func:`gqa_decode_attention` is registered under (``config._attn_implementation``)."""
-
 
 class PreallocatedLayer(DynamicLayer):
     """One layer's KV cache in a buffer of fixed capacity: ``update`` writes the new columns in place and returns a
@@ -99,31 +90,6 @@ class PreallocatedCache(Cache):
         super().__init__(layers=layers)
 
 
-def gqa_decode_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                         attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                         **kwargs) -> tuple[Tensor, None]:
-    """SDPA attention for grouped-query models that never repeats the KV cache for a single query token.
-
-    Args:
-        query: (R, H, Q, d). key, value: (R, H_kv, L, d), H = G * H_kv (query head h reads KV head h // G, as
-            transformers' ``repeat_kv``). attention_mask: boolean (R, 1, Q, L) (True = attend) or None.
-    Returns:
-        (R, Q, H, d) attention output (the layout of transformers' ``sdpa_attention_forward``), and None.
-    """
-    r, h, q, d = query.shape
-    kv_heads = key.shape[1]
-    if q != 1 or h == kv_heads or dropout != 0.0:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
-    grouped = query.reshape(r, kv_heads, h // kv_heads, d)  # the G heads of a KV head as G "positions"
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    return out.reshape(r, 1, h, d), None  # (R, H_kv, G, d) -> (R, Q=1, H, d)
-
-
-AttentionInterface.register(GQA_DECODE_ATTENTION, gqa_decode_attention)
-AttentionMaskInterface.register(GQA_DECODE_ATTENTION, sdpa_mask)
-
-
 def sampling_warpers(temperature: float, top_k: int, top_p: float) -> LogitsProcessorList:
     """transformers' sampling warpers in ``generate``'s order (temperature, top-k, top-p), skipping no-ops."""
     warpers = LogitsProcessorList()
@@ -155,8 +121,7 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
-        model: an HF causal LM (for copy-free GQA attention, its ``config._attn_implementation`` is
-            :data:`GQA_DECODE_ATTENTION`; any attention works).
+        model: an HF causal LM (any attention; copy-free GQA with :func:`rlvr.attention.use_grouped_query_attention`).
         input_ids, attention_mask: (U, P) prompts, left-padded (mask 1 on real tokens; at least one per row).
         n: samples per prompt; rows are prompt-major (prompt u's samples are rows u*n .. u*n + n - 1).
         max_new_tokens: T, the most tokens per sample. temperature: 0 = greedy. top_k: 0 = off. top_p: 1 = off.

@@ -23,6 +23,7 @@ import copy
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from rlvr.attention import use_grouped_query_attention
 from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
 
@@ -149,6 +150,5 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
     if getattr(model, "generation_config", None) is not None:
         gen.generation_config = copy.deepcopy(model.generation_config)
     gen.requires_grad_(False)
-    if gen.config._attn_implementation in ("sdpa", decode.GQA_DECODE_ATTENTION):  # never the trainer's model
-        gen.config._attn_implementation = decode.GQA_DECODE_ATTENTION
+    use_grouped_query_attention(gen)  # its own config copy: the trainer's model keeps its attention
     return gen.eval()
