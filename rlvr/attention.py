@@ -7,11 +7,12 @@ attention mask is present, and left padding always makes one. :func:`grouped_que
 - one query token (decoding): the G = H / H_kv query heads of a KV head are laid out as G query *positions* of that
   head, (R, H_kv, G, d), against the un-repeated cache, through plain SDPA with the padding mask (they are one token,
   so no causal structure among them). Exactly ``repeat_kv`` + SDPA without the copy.
-- several query tokens with gradients on CPU (the trainer's forward): the same grouping, (R, H_kv, G * Q, d), with
+- several query tokens with gradients on CPU in bf16/fp16 (the trainer's forward under autocast): the same grouping, (R, H_kv, G * Q, d), with
   attention written out as two batched matmuls and an fp32 softmax. torch's CPU flash-attention kernel is about twice
   as slow forward + backward at these sizes (SmolLM2, 16 x ~90 queries over ~150 keys, bf16: 150-200 ms vs 92 ms per
   layer, 1 thread).
-- anything else (prefill without gradients, GPUs, dropout): transformers' SDPA unchanged.
+- anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
+  transformers' SDPA unchanged.
 
 Shapes: R rows, H query heads, H_kv KV heads, G = H / H_kv, Q query tokens, L keys, d head size.
 """
@@ -36,7 +37,7 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
 
     Args:
         query: (R, H, Q, d). key, value: (R, H_kv, L, d). attention_mask: boolean (R, 1, Q, L), True = attend (as
-            transformers' ``sdpa_mask`` builds it), or None (no masking).
+            transformers' ``sdpa_mask`` builds it), or None (causal for Q > 1, as transformers' SDPA reads it).
         scaling: the softmax scale (default d ** -0.5).
     Returns:
         (R, Q, H, d) attention output (the layout of ``sdpa_attention_forward``), and None (no weights).
@@ -45,7 +46,10 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     kv_heads = key.shape[1]
     groups = h // kv_heads
     grads = torch.is_grad_enabled() and query.requires_grad
-    if h == kv_heads or dropout != 0.0 or (q > 1 and not (grads and query.device.type == "cpu")):
+    # several queries: only bf16/fp16 training on CPU is ours. No mask there means "causal" to transformers' SDPA
+    # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
+    ours = grads and query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16)
+    if h == kv_heads or dropout != 0.0 or (q > 1 and (attention_mask is None or not ours)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     if q == 1:
@@ -54,14 +58,13 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
         return out.reshape(r, 1, h, d), None  # (R, H_kv, G, d) -> (R, Q=1, H, d)
     scale = scaling if scaling is not None else d ** -0.5
     grouped = query.reshape(r, kv_heads, groups * q, d)  # (R, H_kv, G * Q, d): rows g * Q + i
+    if attention_mask.dtype != torch.bool:
+        raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")
     scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # (R, H_kv, G * Q, L)
-    if attention_mask is not None:
-        if attention_mask.dtype != torch.bool:
-            raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")
-        scores = scores.view(r, kv_heads, groups, q, -1)
-        # finfo.min, not -inf: a fully masked row (a left-padding query) gets uniform weights instead of NaN
-        scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-        scores = scores.view(r, kv_heads, groups * q, -1)
+    scores = scores.view(r, kv_heads, groups, q, -1)
+    # finfo.min, not -inf: a fully masked row (a left-padding query) gets uniform weights instead of NaN
+    scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    scores = scores.view(r, kv_heads, groups * q, -1)
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     out = torch.matmul(probs, value)  # (R, H_kv, G * Q, d)
     return out.view(r, h, q, d).transpose(1, 2), None  # (R, Q, H, d)
