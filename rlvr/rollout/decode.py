@@ -28,6 +28,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
+
 class PreallocatedLayer(DynamicLayer):
     """One layer's KV cache in a buffer of fixed capacity: ``update`` writes the new columns in place and returns a
     view of the filled columns, (R, H_kv, L, d), instead of a concatenated copy.
