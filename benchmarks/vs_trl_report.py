@@ -59,9 +59,37 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   decode step and re-casts every weight at every token (as well as the fp32 cache casts above); TRL 1.16 computes
   training log-probs with its fused LM head (no full logits), as rlvr does with `logits_to_keep` and chunked
   log-softmax.
-- Not fixed: `repeat_kv` still copies the (now bf16) cache per layer and step (transformers uses SDPA's `enable_gqa`
-  only without an attention mask, and left padding needs one); the training forward under autocast re-casts the
-  weights once per micro-batch (inherent to fp32 master weights).
+- **Rollout, second round: `generate` itself.** torch.profiler over 32 decode steps (2 x 8 rows, 1 thread, load 10):
+  `aten::mm` (the weights) 44% of op time, `aten::exponential_` 17% (`torch.multinomial` draws one exponential per
+  vocabulary entry: 78 ms a step for 16 x 49,152), copies 8.5%, attention 8.5%; plus, per step and layer,
+  `DynamicCache`'s `torch.cat` of the whole cache and `repeat_kv`'s copy of it to all 9 query heads. Fix: the `hf`
+  engine decodes with its own loop (`rlvr/rollout/decode.py`) over the HF model: a preallocated KV cache written in
+  place and read as a view; GQA attention (`rlvr/attention.py`) that lays the 3 query heads of a KV head out as 3
+  query positions of it, so SDPA reads the un-repeated cache (the same math: tested against `repeat_kv` + SDPA);
+  the log-prob of the sampled token taken at each step (no (T, R, V) stack of fp32 logits); and an exact
+  inverse-CDF draw (float64 CDF, one uniform per row: 4.8 ms vs multinomial's 60 ms for 16 x 49,152, same
+  distribution, other draws for a seed). Temperature/top-k/top-p are transformers' own warpers in `generate`'s order.
+  In-process A/B (`benchmarks/bench_decode_ab.py`, 2 x 8 x 128 tokens, same seed per repetition, alternated):
+  before the inverse-CDF draw, `generate` 620 ms per decode step, the loop with SDPA 577, with the GQA attention 458
+  (medians of 2, load 8-16); final code, `generate` 407 vs the loop 335 ms per decode step (medians of 3, load 12-14;
+  per repetition 0.62, 0.84, 0.61 of `generate`'s time). Greedy decoding gives `generate`'s tokens (tested).
+- **Training: the full-vocabulary log-prob and the attention backward.** torch.profiler of one forward + backward
+  (16 rows, 57 prompt + 90 response tokens, bf16 autocast, load 15): flash-attention backward 19% of op time (60 ms a
+  layer), and the fp32 log-softmax over 16 x 90 x 49,152 logits about a third (`sub`, `mul`, `fill_`, casts,
+  softmax: autograd of `float()` -> `logsumexp` -> `gather` under checkpointing makes a zero-filled scatter, the cast's
+  backward and a recomputed forward, each a full-vocabulary pass), plus a `torch.cat` of the (R, T, V) logits and a
+  slice whose backward zero-fills an (R, T, V) gradient. Fixes (`rlvr/logprobs.py`): a fused log-prob with a
+  hand-written backward (`onehot - softmax`, in place, chunked, straight into bf16; tested against the plain formula
+  and by hand), the response logits taken by index (`logits_to_keep` tensor) and scored apart from the prompt's last
+  logit (no cat, no slice); (`rlvr/attention.py`) on CPU under bf16 autocast, training attention as two batched
+  matmuls over the grouped heads (no `repeat_kv`), 92-108 ms vs 150-204 ms forward + backward per layer for torch's
+  flash kernel (micro-benchmark, load 15); fp32 runs keep SDPA (bit-for-bit the old numerics). In-process A/B
+  (`benchmarks/bench_update_ab.py`, same micro-batch, alternated, 3 repetitions at load 11-13): old 33.5 s, fused
+  log-prob 28.0 s, fused log-prob + attention 21.9 s (median; per repetition 0.78, 0.65, 0.53 of the old time).
+- The old-log-prob forward is already skipped with one PPO epoch and one mini-batch (the detached current log-probs
+  are the old ones, as in TRL). Not changed: the training forward under autocast re-casts the fp32 master weights once
+  per micro-batch (one micro-batch of 16 rows here); compacting finished rows out of the decode batch (the weights,
+  read once per step whatever the row count, dominate a step at 16 rows).
 """
 """The profile and what was fixed (hand-written: it describes code, not a measurement of this run)."""
 
@@ -90,8 +118,9 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "here, a step took 47-92 s at 2 threads (load 7-11) and 12-15 s at 1 (load 5).",
               "- Both: GRPO, 2 prompts x 8 samples a step, up to 128 new tokens, temperature 1, top-p 1, lr 1e-6 "
               "(constant), no KL (no reference model), token-mean loss (TRL `loss_type=\"dapo\"`), clip 0.2, grad "
-              "clip 1.0, advantages scaled by the group std, one optimizer step per generation, HF-transformers "
-              "`generate`, math-verify rewards (rlvr `math` verifier; TRL `accuracy_reward`), no gradient "
+              "clip 1.0, advantages scaled by the group std, one optimizer step per generation, generation with "
+              "the HF-transformers model on both sides (TRL: `generate`; rlvr: its `hf` engine's decode loop over the "
+              "same model, `rlvr/rollout/decode.py`), math-verify rewards (rlvr `math` verifier; TRL `accuracy_reward`), no gradient "
               "checkpointing (TRL's default is on; off here as on rlvr's side).",
               "- Prompts: reasoning-gym `basic_arithmetic` (seed 0), user turn = question + \"Put your final answer "
               "within \\boxed{}.\", the model's chat template. Each side draws its own shuffled order.",

@@ -34,15 +34,67 @@ def _chunk_logprobs(logits: Tensor, tokens: Tensor, temperature: float, entropy_
     return logprobs, entropy
 
 
+class _FusedTokenLogprobs(torch.autograd.Function):
+    """Log-prob of the target tokens with a hand-written backward, and the entropy (no gradient), chunk by chunk.
+
+    Forward per chunk: one fp32 copy of the logits, its logsumexp, the target's logit, and the entropy from the same
+    buffer. Backward per chunk recomputes softmax from the saved logsumexp in place and writes
+    ``d logp_t / d x = onehot(t) - softmax(x)`` (times the incoming gradient, over the temperature) straight into the
+    logits' dtype. Autograd of the plain formula (``float()`` -> logsumexp -> gather, under checkpointing) makes about
+    three times as many full-vocabulary passes: a zero-filled scatter for the gather, the float cast's backward, the
+    recomputed forward and logsumexp's own softmax.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, tokens: Tensor, temperature: float, step: int) -> tuple[Tensor, Tensor]:
+        n, t, _ = logits.shape
+        logprobs = logits.new_empty((n, t), dtype=torch.float32)
+        entropy = torch.empty_like(logprobs)
+        lse = torch.empty_like(logprobs)
+        for start in range(0, t, step):
+            end = min(start + step, t)
+            x = logits[:, start:end].to(torch.float32, copy=True)  # (N, C, V); a copy even of fp32 logits
+            if temperature != 1.0:
+                x.div_(temperature)
+            chunk_lse = torch.logsumexp(x, dim=-1)  # (N, C)
+            logprobs[:, start:end] = x.gather(-1, tokens[:, start:end].unsqueeze(-1)).squeeze(-1) - chunk_lse
+            x.sub_(chunk_lse.unsqueeze(-1))  # log p
+            entropy[:, start:end] = -(x.exp() * x).sum(-1)
+            lse[:, start:end] = chunk_lse
+        ctx.save_for_backward(logits, tokens, lse)
+        ctx.temperature, ctx.step = temperature, step
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprobs: Tensor, _grad_entropy: Tensor) -> tuple[Tensor | None, None, None, None]:
+        logits, tokens, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        t = logits.shape[1]
+        for start in range(0, t, ctx.step):
+            end = min(start + ctx.step, t)
+            g = grad_logprobs[:, start:end].float().unsqueeze(-1)  # (N, C, 1)
+            if ctx.temperature != 1.0:
+                g = g / ctx.temperature  # x = logits / temperature
+            x = logits[:, start:end].to(torch.float32, copy=True)
+            if ctx.temperature != 1.0:
+                x.div_(ctx.temperature)
+            x.sub_(lse[:, start:end].unsqueeze(-1)).exp_().mul_(-g)  # -g * softmax
+            x.scatter_add_(-1, tokens[:, start:end].unsqueeze(-1), g)  # + g at the target
+            grad[:, start:end] = x
+        return grad, None, None, None
+
+
 def token_logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: float = 1.0,
                                entropy_grad: bool = False,
                                chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> tuple[Tensor, Tensor]:
     """Log-prob of ``tokens`` and the entropy of the distribution, in fp32, a chunk of positions at a time.
 
     The fp32 copy of the logits (and the softmax over them) is never made for the whole (N, T, V) batch: positions are
-    processed ``chunk_tokens`` (summed over the N rows) at a time. When gradients flow, each chunk runs under
-    activation checkpointing, so backward keeps only the input logits (in their own dtype, bf16 under autocast) and
-    recomputes the chunk's fp32 buffers; peak extra memory is a few fp32 (N, C, V) buffers, not (N, T, V) ones.
+    processed ``chunk_tokens`` (summed over the N rows) at a time, and backward keeps only the input logits (in their
+    own dtype, bf16 under autocast) and recomputes the chunk's fp32 buffers; peak extra memory is a few fp32 (N, C, V)
+    buffers, not (N, T, V) ones. Without ``entropy_grad`` the log-prob has a fused backward
+    (:class:`_FusedTokenLogprobs`); with it, each chunk runs under activation checkpointing.
 
     Args:
         logits: (N, T, V) any float dtype. tokens: (N, T) ids. temperature: logits are divided by it (the sampling
@@ -60,6 +112,8 @@ def token_logprobs_from_logits(logits: Tensor, tokens: Tensor, temperature: floa
     if logits.shape[:2] != (n, t):
         raise ValueError(f"logits {tuple(logits.shape)} do not match tokens {tuple(tokens.shape)}")
     step = max(chunk_tokens // max(n, 1), 1)  # positions per chunk
+    if not entropy_grad:
+        return _FusedTokenLogprobs.apply(logits, tokens, temperature, step)
     if step >= t:
         return _chunk_logprobs(logits, tokens, temperature, entropy_grad)
     checkpointed = torch.is_grad_enabled() and logits.requires_grad
@@ -143,8 +197,16 @@ def shared_prefix_logprobs(
         start = prompt_mask.long().sum(-1)[row_prompt].unsqueeze(1)  # (R, 1) first response position
         resp_pos = start + torch.arange(t, device=response_ids.device).unsqueeze(0)  # (R, T)
         mask = torch.cat([prompt_mask[row_prompt], response_mask.to(prompt_mask.dtype)], dim=1)  # (R, P + T)
+        # logits of response columns 0 .. T-2 only (the last column predicts nothing we score); an index tensor, not
+        # a slice of T logits, whose backward would zero-fill and copy an (R, T, V) gradient
+        keep = torch.arange(t - 1, device=response_ids.device) if t > 1 else 1
         rest = model(input_ids=response_ids, attention_mask=mask, position_ids=resp_pos, past_key_values=cache,
-                     use_cache=True, logits_to_keep=t)
-    # the prompt's last logit predicts response token 0; response column t predicts token t + 1
-    logits = torch.cat([first.logits[:, -1:][row_prompt], rest.logits[:, :-1]], dim=1)  # (R, T, V)
-    return token_logprobs_from_logits(logits, response_ids, temperature, entropy_grad)
+                     use_cache=True, logits_to_keep=keep)
+    # the prompt's last logit predicts response token 0; response column t predicts token t + 1. Scored apart and the
+    # (R, T) results joined: joining the (R, T, V) logits would copy them (and their gradient) once more
+    kw = dict(temperature=temperature, entropy_grad=entropy_grad)
+    lp0, ent0 = token_logprobs_from_logits(first.logits[:, -1:][row_prompt], response_ids[:, :1], **kw)
+    if t == 1:
+        return lp0, ent0
+    lp, ent = token_logprobs_from_logits(rest.logits, response_ids[:, 1:], **kw)
+    return torch.cat([lp0, lp], dim=1), torch.cat([ent0, ent], dim=1)

@@ -9,9 +9,11 @@ stored in fp32 and SDPA casts the whole cache back to bf16, in every layer at ev
 cache). Where the parameters are ZeRO-3 partitions (no full tensor to copy) or already in ``autocast_dtype``, the
 engine shares the policy's parameters under one autocast context instead, and weight sync is free.
 
-Each prompt is prefilled once and its KV cache repeated for the G samples of its group (``generate`` with
-``num_return_sequences`` would recompute the prompt G times; with few-shot prompts ten times longer than the answers,
-that prefill is most of the rollout's compute).
+Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
+attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
+and an inverse-CDF draw instead of ``torch.multinomial``. Each prompt is prefilled once and its KV cache repeated for
+the G samples of its group (``generate`` with ``num_return_sequences`` would recompute the prompt G times; with
+few-shot prompts ten times longer than the answers, that prefill is most of the rollout's compute).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import copy
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from rlvr.attention import use_grouped_query_attention
+from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
 
 
@@ -104,36 +108,17 @@ class HFRolloutEngine:
         for i, p in enumerate(prompts):  # left padding: every response starts at column `width`
             input_ids[i, width - len(p):] = torch.tensor(p)
             attention_mask[i, width - len(p):] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        greedy = sampling.temperature == 0
-        kwargs = dict(do_sample=not greedy, max_new_tokens=sampling.max_new_tokens, eos_token_id=self.eos_ids,
-                      pad_token_id=self.pad_id, return_dict_in_generate=True, output_logits=True)
-        if not greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or None)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
         # autocast only when generating with the shared fp32 parameters (a copy is already in the low precision)
         use_autocast = self.autocast_dtype is not None and model is self.model
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype or torch.float32,
                             enabled=use_autocast):
-            if width > 1:  # prefill all but the last prompt token once per prompt; generate() continues from it
-                pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-                cache = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                                   position_ids=pos[:, :-1], use_cache=True, logits_to_keep=1).past_key_values
-                if n > 1:
-                    cache.batch_repeat_interleave(n)
-                kwargs["past_key_values"] = cache
-            out = model.generate(input_ids=input_ids.repeat_interleave(n, 0),
-                                      attention_mask=attention_mask.repeat_interleave(n, 0), **kwargs)
-        new_tokens = out.sequences[:, width:].cpu()  # (len(prompts) * n, T')
-        logits = torch.stack(out.logits, dim=1).float()  # (len(prompts) * n, T', V) raw logits
-        if not greedy:
-            logits = logits / sampling.temperature
-        logprobs = (logits.gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-                    - torch.logsumexp(logits, dim=-1)).cpu()
+            new_tokens, logprobs = decode.sample(
+                model, input_ids.to(device), attention_mask.to(device), n, max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=self.eos_ids,
+                pad_id=self.pad_id)
         eos = set(self.eos_ids)
         completions = []
-        for row, lp in zip(new_tokens.tolist(), logprobs.tolist(), strict=True):
+        for row, lp in zip(new_tokens.cpu().tolist(), logprobs.cpu().tolist(), strict=True):
             end = next((i for i, t in enumerate(row) if t in eos), None)
             if end is None:
                 completions.append(Completion(row, lp, "length"))
@@ -165,4 +150,5 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
     if getattr(model, "generation_config", None) is not None:
         gen.generation_config = copy.deepcopy(model.generation_config)
     gen.requires_grad_(False)
+    use_grouped_query_attention(gen)  # its own config copy: the trainer's model keeps its attention
     return gen.eval()

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlvr.attention import use_grouped_query_attention
 from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import DistInfo, all_reduce_max
@@ -50,6 +51,9 @@ class ModelWorker:
     def __init__(self, model: torch.nn.Module, engine: Any, *, dist: DistInfo, plan: MicroBatchPlan, pad_id: int,
                  temperature: float, autocast_dtype: torch.dtype | None, gradient_checkpointing: bool) -> None:
         self.model = model
+        # rlvr's GQA attention where the model runs transformers' SDPA: the same math without copying keys/values
+        # per query head, and on CPU a training attention twice as fast as torch's flash kernel (rlvr.attention)
+        use_grouped_query_attention(model)
         self.engine = engine
         self.dist = dist
         self.plan = plan

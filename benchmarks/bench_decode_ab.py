@@ -1,0 +1,129 @@
+"""In-process A/B of the ``hf`` engine's decoding: transformers ``generate`` (DynamicCache, ``repeat_kv``, stacked
+``output_logits``) against rlvr's decode loop (:mod:`rlvr.rollout.decode`), alternated in one process.
+
+    python benchmarks/bench_decode_ab.py --prompts 2 --n 8 --max-new-tokens 128 --reps 4 --threads 1
+
+Both variants run on the same bf16 generation copy of the embedded SmolLM2-135M, with the same prompts and seed per
+repetition; eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed:
+per variant the median seconds per decode step and per rollout, the 1-minute load average, and how often the two
+variants sampled the same tokens (same seed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rlvr.attention import use_grouped_query_attention  # noqa: E402
+from rlvr.rollout import decode  # noqa: E402
+from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
+
+QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",
+             "What is 250 + 375 - 81?"]
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def run_generate(model, ids, mask, n, max_new, eos, pad_id):
+    """The engine's previous path: prefill all but the last prompt token, repeat the cache, ``generate``."""
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=pos[:, :-1], use_cache=True,
+                  logits_to_keep=1).past_key_values
+    cache.batch_repeat_interleave(n)
+    out = model.generate(input_ids=ids.repeat_interleave(n, 0), attention_mask=mask.repeat_interleave(n, 0),
+                         past_key_values=cache, do_sample=True, temperature=1.0, top_p=1.0, top_k=None,
+                         max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad_id,
+                         return_dict_in_generate=True, output_logits=True)
+    logits = torch.stack(out.logits, dim=1).float()
+    new = out.sequences[:, ids.shape[1]:]
+    lp = logits.gather(-1, new.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+    return new, lp
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--variants", default="generate,decode_sdpa,decode_gqa")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from rlvr.config import resolve
+    from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+
+    recipe = resolve({"model": {"name": args.model}, "data": {"source": {"type": "jsonl", "path": "x.jsonl"}},
+                      "verifiers": [{"name": "math"}]})
+    path = resolve_model_path(recipe.model.name)
+    tok = load_tokenizer(path, recipe.model)
+    model = load_causal_lm(path, recipe.model)
+    eos = eos_token_ids(model, tok)
+    gen_sdpa = _low_precision_copy(model, torch.bfloat16)
+    gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
+    gen_gqa = _low_precision_copy(model, torch.bfloat16)
+    use_grouped_query_attention(gen_gqa)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
+                                       add_generation_prompt=True, tokenize=True, return_dict=False)
+               for q in QUESTIONS[:args.prompts]]
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+    variants = {
+        "generate": lambda: run_generate(gen_sdpa, ids, mask, args.n, args.max_new_tokens, eos, tok.pad_token_id),
+        "decode_sdpa": lambda: decode.sample(gen_sdpa, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
+                                             temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
+                                             pad_id=tok.pad_token_id),
+        "decode_gqa": lambda: decode.sample(gen_gqa, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
+                                            temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
+                                            pad_id=tok.pad_token_id),
+    }
+    names = args.variants.split(",")
+    per_step: dict[str, list[float]] = {k: [] for k in names}
+    per_run: dict[str, list[float]] = {k: [] for k in names}
+    loads, same = [], []
+    with torch.no_grad():
+        for name in names:  # warm-up
+            torch.manual_seed(0)
+            variants[name]()
+        for rep in range(args.reps):
+            order = names if rep % 2 == 0 else names[::-1]
+            toks = {}
+            for name in order:
+                torch.manual_seed(100 + rep)
+                t0 = time.perf_counter()
+                new, lp = variants[name]()
+                dt = time.perf_counter() - t0
+                per_run[name].append(dt)
+                per_step[name].append(dt / new.shape[1])
+                toks[name] = new
+                loads.append(os.getloadavg()[0])
+                print(f"rep {rep} {name}: {dt:.2f} s, {new.shape[1]} steps, {dt / new.shape[1] * 1000:.1f} ms/step, "
+                      f"load {loads[-1]:.1f}", flush=True)
+            ref = toks[names[0]]
+            for name in names[1:]:
+                t = min(ref.shape[1], toks[name].shape[1])
+                same.append(bool((ref[:, :t] == toks[name][:, :t]).all()))
+    for name in names:
+        print(f"{name}: median {statistics.median(per_step[name]) * 1000:.1f} ms/decode step, "
+              f"{statistics.median(per_run[name]):.2f} s/rollout ({args.prompts} x {args.n} x <= "
+              f"{args.max_new_tokens})")
+    print(f"load 1-min median {statistics.median(loads):.1f}; identical tokens across variants: {same}")
+
+
+if __name__ == "__main__":
+    main()

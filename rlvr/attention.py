@@ -1,0 +1,84 @@
+"""Grouped-query attention for CPU decoding and CPU training, registered with transformers' ``AttentionInterface``.
+
+Models with fewer KV heads than query heads (GQA: SmolLM2 has 9 query / 3 KV heads) go through transformers'
+``sdpa_attention_forward``, which copies the keys and values to every query head (``repeat_kv``) whenever an
+attention mask is present, and left padding always makes one. :func:`grouped_query_attention` never makes that copy:
+
+- one query token (decoding): the G = H / H_kv query heads of a KV head are laid out as G query *positions* of that
+  head, (R, H_kv, G, d), against the un-repeated cache, through plain SDPA with the padding mask (they are one token,
+  so no causal structure among them). Exactly ``repeat_kv`` + SDPA without the copy.
+- several query tokens with gradients on CPU in bf16/fp16 (the trainer's forward under autocast): the same grouping, (R, H_kv, G * Q, d), with
+  attention written out as two batched matmuls and an fp32 softmax. torch's CPU flash-attention kernel is about twice
+  as slow forward + backward at these sizes (SmolLM2, 16 x ~90 queries over ~150 keys, bf16: 150-200 ms vs 92 ms per
+  layer, 1 thread).
+- anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
+  transformers' SDPA unchanged.
+
+Shapes: R rows, H query heads, H_kv KV heads, G = H / H_kv, Q query tokens, L keys, d head size.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+GQA_ATTENTION = "rlvr_gqa"
+"""The name :func:`grouped_query_attention` is registered under (a model's ``config._attn_implementation``)."""
+
+
+def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
+                            attention_mask: Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                            **kwargs) -> tuple[Tensor, None]:
+    """Attention of ``query`` over ``key``/``value`` where query head h reads KV head h // G (transformers' order).
+
+    Args:
+        query: (R, H, Q, d). key, value: (R, H_kv, L, d). attention_mask: boolean (R, 1, Q, L), True = attend (as
+            transformers' ``sdpa_mask`` builds it), or None (causal for Q > 1, as transformers' SDPA reads it).
+        scaling: the softmax scale (default d ** -0.5).
+    Returns:
+        (R, Q, H, d) attention output (the layout of ``sdpa_attention_forward``), and None (no weights).
+    """
+    r, h, q, d = query.shape
+    kv_heads = key.shape[1]
+    groups = h // kv_heads
+    grads = torch.is_grad_enabled() and query.requires_grad
+    # several queries: only bf16/fp16 training on CPU is ours. No mask there means "causal" to transformers' SDPA
+    # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
+    ours = grads and query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16)
+    if h == kv_heads or dropout != 0.0 or (q > 1 and (attention_mask is None or not ours)):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    if q == 1:
+        grouped = query.reshape(r, kv_heads, groups, d)  # the G heads of a KV head as G "positions"
+        out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
+        return out.reshape(r, 1, h, d), None  # (R, H_kv, G, d) -> (R, Q=1, H, d)
+    scale = scaling if scaling is not None else d ** -0.5
+    grouped = query.reshape(r, kv_heads, groups * q, d)  # (R, H_kv, G * Q, d): rows g * Q + i
+    if attention_mask.dtype != torch.bool:
+        raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")
+    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # (R, H_kv, G * Q, L)
+    scores = scores.view(r, kv_heads, groups, q, -1)
+    # finfo.min, not -inf: a fully masked row (a left-padding query) gets uniform weights instead of NaN
+    scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+    scores = scores.view(r, kv_heads, groups * q, -1)
+    probs = torch.softmax(scores, dim=-1).to(value.dtype)
+    out = torch.matmul(probs, value)  # (R, H_kv, G * Q, d)
+    return out.view(r, h, q, d).transpose(1, 2), None  # (R, Q, H, d)
+
+
+AttentionInterface.register(GQA_ATTENTION, grouped_query_attention)
+AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+
+
+def use_grouped_query_attention(model: torch.nn.Module) -> bool:
+    """Switch an HF model that runs transformers' SDPA to :func:`grouped_query_attention` (the same math); returns
+    whether it did. Other implementations (eager, flash-attention, a custom one) are left alone."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) not in ("sdpa", GQA_ATTENTION):
+        return False
+    config._attn_implementation = GQA_ATTENTION
+    return True

@@ -1,0 +1,74 @@
+"""rlvr's grouped-query attention: the training path (several queries, gradients, CPU) equals transformers' repeat_kv +
+SDPA in values and gradients, with left padding, and a fully masked query row gives no NaN."""
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from rlvr.attention import GQA_ATTENTION, grouped_query_attention, use_grouped_query_attention
+
+
+class _Attn(torch.nn.Module):  # what sdpa_attention_forward reads from an attention module
+    num_key_value_groups = 3
+    is_causal = True
+
+
+def _inputs(dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    r, kv_heads, groups, q, length, d = 3, 2, 3, 4, 6, 8
+    query = torch.randn(r, kv_heads * groups, q, d, dtype=dtype, requires_grad=True)
+    key = torch.randn(r, kv_heads, length, d, dtype=dtype, requires_grad=True)
+    value = torch.randn(r, kv_heads, length, d, dtype=dtype, requires_grad=True)
+    # causal over a 2-token cache + 4 queries; row 1 has 3 left-padding columns, so its first query sees nothing
+    mask = torch.ones(q, length, dtype=torch.bool).tril(length - q).expand(r, 1, q, length).clone()
+    mask[1, :, :, :3] = False
+    return query, key, value, mask
+
+
+def test_training_path_equals_repeat_kv_sdpa_values_and_gradients():
+    query, key, value, mask = _inputs()  # bf16, as under autocast
+    weights = torch.randn(3, 4, 6, 8, dtype=torch.bfloat16)
+    out, _ = grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
+    assert out.shape == (3, 4, 6, 8) and not out.isnan().any()
+    valid = mask.any(-1).squeeze(1)  # (R, Q) queries that see at least one key
+    (out * weights * valid[..., None, None]).sum().backward()
+    ours = [t.grad.clone() for t in (query, key, value)]
+    for t in (query, key, value):
+        t.grad = None
+    ref, _ = sdpa_attention_forward(_Attn(), query, key, value, mask, scaling=0.3)
+    (ref.nan_to_num() * weights * valid[..., None, None]).sum().backward()
+    bf16 = dict(atol=2e-2, rtol=2e-2)  # a few bf16 roundings (2^-8 relative each) apart
+    torch.testing.assert_close(out[valid].float(), ref[valid].float(), **bf16)
+    for got, t in zip(ours, (query, key, value)):
+        torch.testing.assert_close(got.float(), t.grad.float(), **bf16)
+    # by hand: row 0, query 0 (causal: keys 0..2), head 5 (KV head 1)
+    qf, kf, vf = query.float(), key.float(), value.float()
+    w = torch.softmax(qf[0, 5, 0] @ kf[0, 1, :3].T * 0.3, -1)
+    torch.testing.assert_close(out[0, 0, 5].float(), w @ vf[0, 1, :3], **bf16)
+
+
+def test_fp32_training_keeps_transformers_sdpa_exactly():
+    query, key, value, mask = _inputs(torch.float32)
+    out, _ = grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
+    ref, _ = sdpa_attention_forward(_Attn(), query, key, value, mask, scaling=0.3)
+    assert torch.equal(out.nan_to_num(), ref.nan_to_num())
+
+
+def test_switch_only_touches_sdpa_models():
+    class M(torch.nn.Module):
+        def __init__(self, impl):
+            super().__init__()
+            self.config = type("C", (), {"_attn_implementation": impl})()
+
+    sdpa, eager = M("sdpa"), M("eager")
+    assert use_grouped_query_attention(sdpa) and sdpa.config._attn_implementation == GQA_ATTENTION
+    assert not use_grouped_query_attention(eager) and eager.config._attn_implementation == "eager"
+
+
+def test_no_mask_with_several_queries_is_causal_as_in_transformers_sdpa():
+    query, key, value, _ = _inputs(torch.float32)
+    key, value = key[:, :, :4], value[:, :, :4]  # Q = L = 4, no padding: transformers passes no mask, is_causal
+    out, _ = grouped_query_attention(_Attn(), query, key, value, None, scaling=0.3)
+    ref, _ = sdpa_attention_forward(_Attn(), query, key, value, None, scaling=0.3)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    w = torch.softmax(query[2, 1, 1] @ key[2, 0, :2].T * 0.3, -1)  # query 1 sees keys 0 and 1 only
+    torch.testing.assert_close(out[2, 1, 1], w @ value[2, 0, :2], atol=1e-5, rtol=1e-5)
