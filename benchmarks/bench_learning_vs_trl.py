@@ -190,12 +190,12 @@ def render(raw: dict) -> str:
         lines.append(f"| {side} | {len(rs)} | **{p:.3f} ± {ps:.3f}** | {st:.1f} | "
                      f"{statistics.fmean(r['train_cpu_s'] for r in rs):.0f} | "
                      f"{statistics.fmean(r['train_wall_s'] for r in rs):.0f} | {st * 64:.0f} |")
-    paired = [(a["eval"]["pass_at_1"] - b["eval"]["pass_at_1"]) for a in runs for b in runs
-              if a["side"] == "rlvr" and b["side"] == "trl" and a["seed"] == b["seed"]]
-    if paired:
-        d, ds = mean_se(paired)
+    pairs = sorted((a["seed"], a["eval"]["pass_at_1"] - b["eval"]["pass_at_1"]) for a in runs for b in runs
+                   if a["side"] == "rlvr" and b["side"] == "trl" and a["seed"] == b["seed"])
+    if pairs:
+        d, ds = mean_se([x for _, x in pairs])
         lines += ["", f"Paired by seed (same split, same few-shot example), pass@1 rlvr - TRL: **{d:+.3f} ± {ds:.3f}** "
-                      f"over {len(paired)} seed(s) (per seed: {', '.join(f'{x:+.3f}' for x in paired)})."]
+                      f"over {len(pairs)} seed(s) ({', '.join(f'seed {s}: {x:+.3f}' for s, x in pairs)})."]
     lines += ["", "| seed | side | pass@1 | pass@4 | steps | train CPU s | train wall s | CPU s/step | "
                   "whole process CPU s / wall s |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(runs, key=lambda r: (r["seed"], r["order"])):
@@ -209,6 +209,7 @@ def render(raw: dict) -> str:
                   "advantages divided by the group std, HF `generate`. Rewards: rlvr's `math` verifier, TRL's "
                   "`accuracy_reward` (math-verify on the boxed answer). The run stops after the step that reaches "
                   "the budget, so a side can overshoot by up to one step (see train CPU s).",
+              *[f"\nNote: {note}" for note in raw.get("notes", [])],
               "", f"Versions: {json.dumps(raw.get('versions', {}))}.", "",
               "Commands (`--reuse` continues with the finished runs of the same settings): " + "; ".join(
                   f"`python benchmarks/bench_learning_vs_trl.py {' '.join(a)}`" for a in raw.get("invocations",
@@ -263,6 +264,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="runs at once: 1 = one after the other (sides alternated), "
                     "2 = a seed's two sides together, more = seeds together too; the budget is CPU seconds, so "
                     "only wall time changes (and memory: a TRL run needs ~5 GB, an rlvr run ~4 GB)")
+    ap.add_argument("--no-train", action="store_true", help="start no training run: record and render the "
+                    "finished ones (with --reuse), scoring those not scored yet")
     ap.add_argument("--no-base-eval", action="store_true", help="skip scoring the untrained model per seed")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_learning_vs_trl")
     ap.add_argument("--reuse", action="store_true", help="keep finished runs/evals of the same settings from "
@@ -314,6 +317,8 @@ def main() -> None:
         for order, side in enumerate(SIDES if i % 2 == 0 else SIDES[::-1]):
             if any(r["side"] == side and r["seed"] == seed and "eval" in r for r in raw["runs"]):
                 print(f"{side} seed {seed}: reusing the saved run", flush=True)
+            elif args.no_train and not (args.work_dir / f"{side}-seed{seed}.process.json").exists():
+                print(f"{side} seed {seed}: no finished run, left out (--no-train)", flush=True)
             else:
                 todo.append((seed, side, order, prompts, info["model_dir"]))
     # jobs=1: one run at a time, sides alternated; jobs=2: a seed's two sides at once (the same neighbours' load on
