@@ -372,6 +372,12 @@ class TrainerConfig(_Section):
     included; evals not counted). Once the total reaches it, dynamic sampling starts no new round and the run ends
     after that step, before ``steps`` if need be; it overshoots by at most one generation round. The LR schedule still
     spans ``steps``. ``None`` = no budget."""
+    max_cpu_seconds: float | None = Field(None, gt=0, allow_inf_nan=False)
+    """Budget of CPU seconds (user + system) of the training process and its live workers (``rlvr/cpu_time.py``),
+    counted from the first step: model loading and the evals before and after are not, periodic evals are. Once spent
+    (the largest count over ranks), the run ends after that step, before ``steps`` if need be, so it overshoots by at
+    most one step. Compute budget that other jobs on shared cores do not change, unlike wall time. The LR schedule
+    still spans ``steps``. ``None`` = no budget."""
     zero_stage: Literal[0, 1, 2, 3] = 0
     offload_optimizer: bool = False
     """ZeRO-Offload: optimizer states and step on the CPU (DeepSpeed's CPU Adam); frees GPU memory, costs step time."""

@@ -109,7 +109,7 @@ def test_dynamic_sampling_trains_on_no_zero_advantage_group(tiny, tmp_path):
 
 
 def _comparable(records: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith("time/") and "per_s" not in k} for r in records]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "cpu/")) and "per_s" not in k} for r in records]
 
 
 def test_pools_and_solve_rates_resume_step_for_step(tiny, tmp_path):

@@ -162,7 +162,7 @@ def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
     run(tmp_path / "b", 4, resume=True)
 
     def comparable(d):
-        return [{k: v for k, v in m.items() if not k.startswith("time/") and k != "rollout/tokens_per_s"}
+        return [{k: v for k, v in m.items() if not k.startswith(("time/", "cpu/")) and k != "rollout/tokens_per_s"}
                 for m in read_metrics(d) if "reward/rm_mean" in m]
 
     a, b = comparable(tmp_path / "a"), comparable(tmp_path / "b")

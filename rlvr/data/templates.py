@@ -36,19 +36,31 @@ def _shot_answer(row: dict[str, Any], cfg: DataConfig) -> str:
     return f"\\boxed{{{answer}}}" if cfg.template == "boxed" else answer
 
 
-def render_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, cfg: DataConfig,
-                  shots: list[dict[str, Any]] = ()) -> str:
-    """The prompt text for ``row`` (ready to tokenize with ``add_special_tokens=False``)."""
-    question = str(row[cfg.prompt_field])
+def prompt_messages(row: dict[str, Any], cfg: DataConfig, shots: list[dict[str, Any]] = ()) -> list[dict[str, str]]:
+    """The chat turns of ``row``'s prompt for the ``boxed`` and ``chat`` templates: system prompt, few-shot pairs,
+    the question (what another trainer's chat-template path needs to see the same prompt as rlvr).
+
+    Raises:
+        ValueError: ``cfg.template`` is ``r1`` (a plain-text template, no chat turns).
+    """
     if cfg.template == "r1":
-        return R1_ZERO_TEMPLATE.format(question=question)
+        raise ValueError("data.template=r1 is plain text, not chat turns: use render_prompt")
     messages: list[dict[str, str]] = []
     if cfg.system_prompt:
         messages.append({"role": "system", "content": cfg.system_prompt})
     for shot in shots:
         messages.append({"role": "user", "content": _user_text(str(shot[cfg.prompt_field]), cfg)})
         messages.append({"role": "assistant", "content": _shot_answer(shot, cfg)})
-    messages.append({"role": "user", "content": _user_text(question, cfg)})
+    messages.append({"role": "user", "content": _user_text(str(row[cfg.prompt_field]), cfg)})
+    return messages
+
+
+def render_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, cfg: DataConfig,
+                  shots: list[dict[str, Any]] = ()) -> str:
+    """The prompt text for ``row`` (ready to tokenize with ``add_special_tokens=False``)."""
+    if cfg.template == "r1":
+        return R1_ZERO_TEMPLATE.format(question=str(row[cfg.prompt_field]))
+    messages = prompt_messages(row, cfg, shots)
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     parts = [m["content"] for m in messages if m["role"] == "system"]

@@ -79,10 +79,12 @@ def failure_warnings(step: int, metrics: dict[str, Any], reasons: dict[str, str 
 class TrainProgress:
     """Context manager; ``update(step, metrics)`` after each step. Disabled on ranks other than 0."""
 
-    def __init__(self, total: int, done: int = 0, enabled: bool = True, token_budget: int | None = None) -> None:
+    def __init__(self, total: int, done: int = 0, enabled: bool = True, token_budget: int | None = None,
+                 cpu_budget_s: float | None = None) -> None:
         self.enabled = enabled
         self.total = total
         self.token_budget = token_budget
+        self.cpu_budget_s = cpu_budget_s
         self.console = Console(stderr=True)
         self.live = enabled and self.console.is_terminal
         self._progress = Progress(
@@ -122,6 +124,8 @@ class TrainProgress:
         stats = self.format_stats(metrics)
         if self.token_budget and "rollout/tokens_generated_total" in metrics:
             stats += f" tokens={metrics['rollout/tokens_generated_total']:,.0f}/{self.token_budget:,}"
+        if self.cpu_budget_s and "cpu/seconds_total" in metrics:
+            stats += f" cpu={metrics['cpu/seconds_total']:,.0f}/{self.cpu_budget_s:,.0f}s"
         self._progress.update(self._task, completed=step, stats=stats)
         if not self.live:
             print(f"step {step}/{self.total} {stats}", file=sys.stderr, flush=True)

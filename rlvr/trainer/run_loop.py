@@ -1,5 +1,5 @@
 """The run around the steps: eval before the first step and after the last, the step loop with its step line,
-periodic checkpoints and evals, the token budget, plots and ``summary.json``.
+periodic checkpoints and evals, the token and CPU-time budgets, plots and ``summary.json``.
 
 :class:`RunLoop` is the outer half of :class:`rlvr.trainer.trainer.RLTrainer` (which supplies ``step()``, ``save()``
 and the state it reads: recipe, run_dir, dist, logger, rollout engine, prompt split, reward function).
@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from rlvr.cpu_time import process_tree_cpu_seconds
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.evaluation import EvalResult, run_eval
 from rlvr.metrics import read_metrics
 from rlvr.plots import plot_curves
+from rlvr.trainer.distributed import all_reduce_max
 from rlvr.trainer.progress import TrainProgress, phase
 
 
@@ -32,6 +34,9 @@ class RunLoop:
     logger: Any
     step_done: int
     tokens_generated: int
+    cpu_seconds: float
+    """CPU seconds (user + system, process tree) spent in the step loop so far, resumed runs included; the largest
+    over ranks while ``trainer.max_cpu_seconds`` is set."""
     eval_before: dict[str, Any] | None
     solved_label: str | None
     failure_reasons: dict[str, str | None]
@@ -84,9 +89,20 @@ class RunLoop:
         budget = self.recipe.trainer.max_tokens_generated
         return budget is not None and tokens >= budget
 
+    def _cpu_budget_spent(self) -> bool:
+        budget = self.recipe.trainer.max_cpu_seconds
+        return budget is not None and self.cpu_seconds >= budget
+
     def _finished(self) -> bool:
-        """``trainer.steps`` done, or the generated-token budget spent (same on every rank: the count is reduced)."""
-        return self.step_done >= self.recipe.trainer.steps or self._budget_spent(self.tokens_generated)
+        """``trainer.steps`` done, or the generated-token or CPU-time budget spent (same on every rank: both counts
+        are reduced)."""
+        return (self.step_done >= self.recipe.trainer.steps or self._budget_spent(self.tokens_generated)
+                or self._cpu_budget_spent())
+
+    def _count_cpu_seconds(self, loop_start_cpu_s: float, spent_before_s: float) -> None:
+        """Update ``cpu_seconds`` after a step; reduced over ranks (a collective) only when a CPU budget is set."""
+        spent = spent_before_s + process_tree_cpu_seconds() - loop_start_cpu_s
+        self.cpu_seconds = all_reduce_max(spent) if self.recipe.trainer.max_cpu_seconds is not None else spent
 
     # ------------------------------------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
@@ -105,14 +121,17 @@ class RunLoop:
             if self.eval_before:
                 self.logger.log(0, {f"eval/{k}": v for k, v in self.eval_before.items()})
         progress = TrainProgress(total=r.trainer.steps, done=self.step_done, enabled=self.dist.is_main,
-                                 token_budget=r.trainer.max_tokens_generated)
+                                 token_budget=r.trainer.max_tokens_generated, cpu_budget_s=r.trainer.max_cpu_seconds)
         if self.dist.is_main and not self._finished():
             print(f"training: {r.trainer.steps - self.step_done} step(s) of {r.rollout.prompts_per_step} prompts x "
                   f"{r.rollout.group_size} samples; the first step line comes after step {self.step_done + 1}'s "
                   f"rollout, verify and update", file=sys.stderr, flush=True)
+        loop_start_cpu_s, spent_before_s = process_tree_cpu_seconds(), self.cpu_seconds
         with progress:
             while not self._finished():
                 metrics = self.step()
+                self._count_cpu_seconds(loop_start_cpu_s, spent_before_s)
+                metrics["cpu/seconds_total"] = self.cpu_seconds
                 step, last = self.step_done, self._finished()
                 if evals and r.eval.every and step % r.eval.every == 0 and not last:
                     res = self.evaluate()
@@ -123,8 +142,12 @@ class RunLoop:
                 if r.trainer.save_every and step % r.trainer.save_every == 0 and not last:
                     self.save()
         if self.step_done < r.trainer.steps and self.dist.is_main:
-            print(f"token budget spent ({self.tokens_generated:,} of trainer.max_tokens_generated="
-                  f"{r.trainer.max_tokens_generated:,} tokens generated): stopping after step {self.step_done}")
+            if self._budget_spent(self.tokens_generated):
+                print(f"token budget spent ({self.tokens_generated:,} of trainer.max_tokens_generated="
+                      f"{r.trainer.max_tokens_generated:,} tokens generated): stopping after step {self.step_done}")
+            else:
+                print(f"CPU budget spent ({self.cpu_seconds:,.0f} of trainer.max_cpu_seconds="
+                      f"{r.trainer.max_cpu_seconds:,.0f} CPU s): stopping after step {self.step_done}")
         eval_after = None
         if evals:
             with phase(f"eval after training: {len(self.prompt_set.eval)} prompts x "
@@ -145,7 +168,8 @@ class RunLoop:
 
     def _summary(self, eval_after: dict | None, seconds: float, final: Path) -> dict[str, Any]:
         summary: dict[str, Any] = {"steps": self.step_done, "wall_time_s": round(seconds, 1),
-                                   "tokens_generated": self.tokens_generated, "final_checkpoint": str(final),
+                                   "tokens_generated": self.tokens_generated, "cpu_seconds": round(self.cpu_seconds, 1),
+                                   "final_checkpoint": str(final),
                                    "model": str(final / "model"), "eval_before": self.eval_before,
                                    "eval_after": eval_after}
         b, a = self.eval_before, eval_after

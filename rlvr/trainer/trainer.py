@@ -163,6 +163,7 @@ class RLTrainer(RunLoop):
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
+        self.cpu_seconds = 0.0
         self.eval_before: dict[str, Any] | None = None
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
@@ -271,7 +272,7 @@ class RLTrainer(RunLoop):
     def state_dict(self) -> dict[str, Any]:
         return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
-                "eval_before": self.eval_before,
+                "cpu_seconds": self.cpu_seconds, "eval_before": self.eval_before,
                 "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer else None}
 
     def _resume(self, path: Path) -> None:
@@ -284,6 +285,7 @@ class RLTrainer(RunLoop):
         if self.reward_normalizer is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         self.tokens_generated = int(state.get("tokens_generated", 0))
+        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.eval_before = state.get("eval_before")
         self.rollout_engine.sync_weights(self.model)
         self.logger.truncate_after(self.step_done)
