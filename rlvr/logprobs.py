@@ -207,6 +207,8 @@ def shared_prefix_logprobs(
     kw = dict(temperature=temperature, entropy_grad=entropy_grad)
     lp0, ent0 = token_logprobs_from_logits(first.logits[:, -1:][row_prompt], response_ids[:, :1], **kw)
     if t == 1:
-        return lp0, ent0
+        # the second forward still joins the graph (zero gradient): under ZeRO-3 every rank's backward must visit the
+        # same modules, or a rank whose micro-batch has 1-token responses skips the others' parameter gathers (hang)
+        return lp0 + 0.0 * rest.logits.sum(dim=(1, 2)).unsqueeze(1).float(), ent0
     lp, ent = token_logprobs_from_logits(rest.logits, response_ids[:, 1:], **kw)
     return torch.cat([lp0, lp], dim=1), torch.cat([ent0, ent], dim=1)

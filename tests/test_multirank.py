@@ -156,9 +156,10 @@ def _assert_same_weights(a: dict, b: dict, label: str, moved_from: dict | None =
 
     assert a.keys() == b.keys(), label
     # Adam divides by sqrt(v): for a weight with a tiny gradient, fp32 summation-order noise (2 ranks reduce in another
-    # order than 1) moves the update by up to ~1e-5 after 3 steps of lr 1e-2, against moves of ~1e-2 per step
+    # order than 1) moves the update by up to ~1e-5 after 3 steps of lr 1e-2, against moves of ~1e-2 per step (the
+    # fused log-prob backward sums in another order again: one weight of 2048 at 1.07e-5 in the ZeRO-2 run)
     for name in a:
-        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-5, msg=lambda m: f"{label} {name}: {m}")
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=2e-5, msg=lambda m: f"{label} {name}: {m}")
     if moved_from is not None:  # and training did change them: equality is not two untouched copies
         assert max(float((a[n] - moved_from[n]).abs().max()) for n in a) > 1e-3, label
 

@@ -118,7 +118,8 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
 
 @torch.no_grad()
 def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n: int, *, max_new_tokens: int,
-           temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int) -> tuple[Tensor, Tensor]:
+           temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
+           synced: bool = False) -> tuple[Tensor, Tensor]:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
@@ -127,6 +128,9 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         n: samples per prompt; rows are prompt-major (prompt u's samples are rows u*n .. u*n + n - 1).
         max_new_tokens: T, the most tokens per sample. temperature: 0 = greedy. top_k: 0 = off. top_p: 1 = off.
         eos_ids: ids that end a sample (it is kept; the row is then fed ``pad_id``).
+        synced: keep stepping until every rank of the default process group has finished (ZeRO-3: each forward
+            all-gathers the partitioned weights, so a rank that stopped early would hang the others), as
+            ``generate(synced_gpus=True)`` does.
     Returns:
         tokens (R, T') long and logprobs (R, T') fp32, R = U * n, T' <= T the steps run (until every row ended):
         each token's log-prob under softmax(logits / temperature) (raw logits when greedy), before top-k/top-p;
@@ -171,10 +175,19 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         tokens.append(token)
         logprobs.append(lp)
         running &= ~torch.isin(token, eos)
-        if step + 1 == max_new_tokens or not bool(running.any()):
+        if step + 1 == max_new_tokens or _all_finished(running, synced):
             break
         out = model(input_ids=token.unsqueeze(1), attention_mask=mask[:, :p + step + 1], position_ids=next_pos,
                     past_key_values=cache, use_cache=True)
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
+
+
+def _all_finished(running: Tensor, synced: bool) -> bool:
+    """Whether no row (on any rank, when ``synced``) is still running; (R,) bool in."""
+    if not synced:
+        return not bool(running.any())
+    alive = running.any().to(torch.float32).reshape(1)
+    torch.distributed.all_reduce(alive, op=torch.distributed.ReduceOp.MAX)
+    return not bool(alive.item())

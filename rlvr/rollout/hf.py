@@ -52,6 +52,9 @@ class HFRolloutEngine:
         self.batch_size = batch_size
         self.autocast_dtype = autocast_dtype
         partitioned = any(hasattr(p, "ds_id") for p in model.parameters())  # DeepSpeed ZeRO-3
+        # ZeRO-3 forwards gather weights from every rank: all ranks must decode the same number of steps
+        self.synced = (partitioned and torch.distributed.is_available() and torch.distributed.is_initialized()
+                       and torch.distributed.get_world_size() > 1)
         if generation_copy is None:
             generation_copy = (autocast_dtype is not None and not partitioned
                                and any(p.dtype != autocast_dtype for p in model.parameters()))
@@ -115,7 +118,7 @@ class HFRolloutEngine:
             new_tokens, logprobs = decode.sample(
                 model, input_ids.to(device), attention_mask.to(device), n, max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=self.eos_ids,
-                pad_id=self.pad_id)
+                pad_id=self.pad_id, synced=self.synced)
         eos = set(self.eos_ids)
         completions = []
         for row, lp in zip(new_tokens.cpu().tolist(), logprobs.cpu().tolist(), strict=True):
