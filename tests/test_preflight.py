@@ -312,7 +312,14 @@ GPU_RECIPES = {  # recipe -> (ranks, GPU) as its header states
 
 def test_every_shipped_recipe_is_covered():
     shipped = {p.name for p in (REPO / "recipes").glob("*.yaml")}
-    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "rm_demo.yaml"}
+    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml"}
+
+
+def test_the_ppo_demo_recipe_passes(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml"])
+    assert code == 0, out
+    assert "24 samples over 1 rank(s)" in out and "recipes/ppo_rm_demo.yaml: ok: 0 error(s)" in out, out
 
 
 def test_the_reward_model_demo_recipe_passes(capsys, monkeypatch):
