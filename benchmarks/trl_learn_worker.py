@@ -12,10 +12,8 @@ rendered prompt), ``seed``, ``threads``, ``precision``, ``prompts_per_step`` (B)
 Settings mirror the demo recipe under rlvr's ``grpo`` preset with the demo's overrides: B x G samples a step and one
 optimizer step on them, in micro-batches of ``micro_batch_size`` sequences like rlvr's ``optim.micro_batch_size``
 (``per_device_train_batch_size`` = micro-batch, ``gradient_accumulation_steps`` = B x G / micro-batch, so TRL's
-generation batch is B x G; a single 64-sequence forward was OOM-killed here beside other jobs), temperature 1, top-p 1, no top-k, lr constant, no
-KL (``beta=0``), token-mean over the batch (``loss_type="dapo"``), clip 0.2, grad clip 1.0, rewards divided by the
-group std, the same precision (``bf16=True``: autocast over fp32 weights, like rlvr's), no gradient checkpointing.
-Reward: TRL's own ``accuracy_reward`` (math-verify on the ``\\boxed{}`` answer), where rlvr uses its ``math``
+generation batch is B x G; a single 64-sequence forward was OOM-killed here beside other jobs); the other settings
+are :func:`trl_common.grpo_config`'s. Reward: TRL's own ``accuracy_reward`` (math-verify on the ``\\boxed{}`` answer), where rlvr uses its ``math``
 verifier; both score a boxed integer against the gold integer. The budget: CPU seconds (user + system) of this process
 and its live children, counted from ``on_train_begin`` (after the model is loaded); the run stops after the step that
 reaches it, as rlvr's ``trainer.max_cpu_seconds`` does.
@@ -26,10 +24,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
+
+from trl_common import grpo_config, run_footer
 
 
 def load_cpu_time(path: str):
@@ -45,25 +44,14 @@ def main(spec_path: str, out_path: str) -> None:
     cpu_seconds = load_cpu_time(spec["cpu_time_py"]).process_tree_cpu_seconds
     import torch
     torch.set_num_threads(spec["threads"])
-    import transformers
-    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
     from trl.rewards import accuracy_reward
 
     rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines() if line.strip()]
     dataset = Dataset.from_list([{"prompt": r["messages"], "solution": str(r["answer"])} for r in rows])
-    args = GRPOConfig(
-        output_dir=spec["scratch_dir"], seed=spec["seed"], use_cpu=True, bf16=spec["precision"] == "bf16", fp16=False,
-        per_device_train_batch_size=spec["micro_batch_size"],
-        gradient_accumulation_steps=spec["prompts_per_step"] * spec["group_size"] // spec["micro_batch_size"],
-        num_generations=spec["group_size"], max_completion_length=spec["max_new_tokens"],
-        temperature=1.0, top_p=1.0, top_k=0, learning_rate=spec["lr"], lr_scheduler_type="constant",
-        beta=0.0, loss_type="dapo", epsilon=0.2, max_grad_norm=1.0, scale_rewards="group", num_iterations=1,
-        gradient_checkpointing=False, max_steps=spec["max_steps"], logging_steps=1, save_strategy="no",
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
-    )
+    args = grpo_config(spec, micro_batch_size=spec["micro_batch_size"], max_steps=spec["max_steps"])
     steps: list[dict] = []
     budget = spec["max_cpu_seconds"]
 
@@ -103,10 +91,7 @@ def main(spec_path: str, out_path: str) -> None:
     Path(out_path).write_text(json.dumps({
         "side": "trl", "load_s": load_s, "steps": steps, "train_cpu_s": steps[-1]["cpu_s"] if steps else 0.0,
         "train_wall_s": steps[-1]["wall_s"] if steps else 0.0, "model": spec["model_out"],
-        "prompts_checked": len(rows),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
-        "threads": torch.get_num_threads()}, indent=1))
+        "prompts_checked": len(rows), **run_footer()}, indent=1))
 
 
 if __name__ == "__main__":

@@ -3,13 +3,10 @@ from rlvr (its pins must not touch ours).
 
     .venv-trl/bin/python benchmarks/trl_step_worker.py SPEC.json OUT.json
 
-The settings mirror ``rlvr_step_worker.recipe_dict``: B prompts x G samples a step (``per_device_train_batch_size`` =
-B x G, one generation per optimizer step), temperature 1, top-p 1, ``max_completion_length`` new tokens, lr, no KL
-(``beta=0``), ``loss_type="dapo"`` (TRL's token-mean over the batch), clip 0.2, grad clip 1.0, rewards scaled by the
-group std, HF ``generate``, the same precision (``bf16=True`` = accelerate's bf16 autocast over fp32 weights, like
-rlvr's), the same prompts (user turn = question + "\\n" + the boxed instruction, in the model's chat template) and
-math-verify as the reward (TRL's own ``accuracy_reward``). ``gradient_checkpointing`` is off (TRL's default is on;
-rlvr does not recompute activations either). Timers: TRL's own ``profiling_context`` blocks (collected by patching
+The settings mirror ``rlvr_step_worker.recipe_dict`` (:func:`trl_common.grpo_config`): B prompts x G samples a step
+in one micro-batch (``per_device_train_batch_size`` = B x G, one generation per optimizer step), HF ``generate``, the
+same prompts (user turn = question + "\\n" + the boxed instruction, in the model's chat template) and math-verify as
+the reward (TRL's own ``accuracy_reward``). Timers: TRL's own ``profiling_context`` blocks (collected by patching
 ``ProfilingContext._log_metrics``): generation = ``transformers.generate``, scoring = ``_calculate_rewards``, training
 = step wall time minus ``_prepare_inputs`` (which holds generation, scoring and the rest of the batch preparation).
 """
@@ -18,11 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from trl_common import grpo_config, run_footer
 
 BOXED_INSTRUCTION = "Put your final answer within \\boxed{}."  # rlvr.data.templates.BOXED_INSTRUCTION
 
@@ -31,11 +29,9 @@ def main(spec_path: str, out_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     import torch
     torch.set_num_threads(spec["threads"])
-    import transformers
-    import trl
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
     from trl.extras.profiling import ProfilingContext
     from trl.rewards import accuracy_reward
 
@@ -49,16 +45,8 @@ def main(spec_path: str, out_path: str) -> None:
     rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines() if line.strip()]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{r['question']}\n{BOXED_INSTRUCTION}"}],
                                   "solution": str(r["answer"])} for r in rows])
-    bf16 = spec["precision"] == "bf16"
-    args = GRPOConfig(
-        output_dir=spec["scratch_dir"], seed=spec["seed"], use_cpu=True, bf16=bf16, fp16=False,
-        per_device_train_batch_size=spec["prompts_per_step"] * spec["group_size"],
-        num_generations=spec["group_size"], max_completion_length=spec["max_new_tokens"],
-        temperature=1.0, top_p=1.0, top_k=0, learning_rate=spec["lr"], lr_scheduler_type="constant",
-        beta=0.0, loss_type="dapo", epsilon=0.2, max_grad_norm=1.0, scale_rewards="group", num_iterations=1,
-        gradient_checkpointing=False, max_steps=spec["steps"], logging_steps=1, save_strategy="no",
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, log_completions=False,
-    )
+    per_step = spec["prompts_per_step"] * spec["group_size"]
+    args = grpo_config(spec, micro_batch_size=per_step, max_steps=spec["steps"])  # one micro-batch a step
     steps: list[dict] = []
     tokens: list[tuple[list[int], list[int]]] = []
 
@@ -98,10 +86,7 @@ def main(spec_path: str, out_path: str) -> None:
     load_s = time.perf_counter() - start
     trainer.train()
     Path(out_path).write_text(json.dumps({
-        "side": "trl", "load_s": load_s, "steps": steps,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
-        "threads": torch.get_num_threads()}, indent=1))
+        "side": "trl", "load_s": load_s, "steps": steps, **run_footer()}, indent=1))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ attention mask is present, and left padding always makes one. :func:`grouped_que
 - one query token (decoding): the G = H / H_kv query heads of a KV head are laid out as G query *positions* of that
   head, (R, H_kv, G, d), against the un-repeated cache, through plain SDPA with the padding mask (they are one token,
   so no causal structure among them). Exactly ``repeat_kv`` + SDPA without the copy.
-- several query tokens with gradients on CPU in bf16/fp16 (the trainer's forward under autocast): the same grouping, (R, H_kv, G * Q, d), with
-  attention written out as two batched matmuls and an fp32 softmax. torch's CPU flash-attention kernel is about twice
+- several query tokens with gradients on CPU in bf16/fp16 (the trainer's forward under autocast, where RoPE's fp32
+  cos/sin hand over fp32 queries and keys: cast to the autocast dtype, as SDPA would): the same grouping,
+  (R, H_kv, G * Q, d), with attention written out as two batched matmuls and an fp32 softmax. torch's CPU flash-attention kernel is about twice
   as slow forward + backward at these sizes (SmolLM2, 16 x ~90 queries over ~150 keys, bf16: 150-200 ms vs 92 ms per
   layer, 1 thread).
 - anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
@@ -46,9 +47,14 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     kv_heads = key.shape[1]
     groups = h // kv_heads
     grads = torch.is_grad_enabled() and query.requires_grad
+    # under CPU autocast over fp32 weights, RoPE's fp32 cos/sin make the queries and keys fp32; SDPA (an autocast op)
+    # would cast them to the autocast dtype, and so does the path below
+    compute_dtype = query.dtype
+    if query.device.type == "cpu" and query.dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
+        compute_dtype = torch.get_autocast_dtype("cpu")
     # several queries: only bf16/fp16 training on CPU is ours. No mask there means "causal" to transformers' SDPA
     # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
-    ours = grads and query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16)
+    ours = grads and query.device.type == "cpu" and compute_dtype in (torch.bfloat16, torch.float16)
     if h == kv_heads or dropout != 0.0 or (q > 1 and (attention_mask is None or not ours)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
@@ -57,6 +63,7 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
         out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
         return out.reshape(r, 1, h, d), None  # (R, H_kv, G, d) -> (R, Q=1, H, d)
     scale = scaling if scaling is not None else d ** -0.5
+    query, key, value = query.to(compute_dtype), key.to(compute_dtype), value.to(compute_dtype)
     grouped = query.reshape(r, kv_heads, groups * q, d)  # (R, H_kv, G * Q, d): rows g * Q + i
     if attention_mask.dtype != torch.bool:
         raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")

@@ -1,6 +1,7 @@
 """rlvr's grouped-query attention: the training path (several queries, gradients, CPU) equals transformers' repeat_kv +
 SDPA in values and gradients, with left padding, and a fully masked query row gives no NaN."""
 
+import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -44,6 +45,31 @@ def test_training_path_equals_repeat_kv_sdpa_values_and_gradients():
     qf, kf, vf = query.float(), key.float(), value.float()
     w = torch.softmax(qf[0, 5, 0] @ kf[0, 1, :3].T * 0.3, -1)
     torch.testing.assert_close(out[0, 0, 5].float(), w @ vf[0, 1, :3], **bf16)
+
+
+def test_fp32_queries_under_cpu_autocast_take_the_bf16_training_path(monkeypatch):
+    """The trainer's case: autocast over fp32 weights, where RoPE's fp32 cos/sin hand over fp32 queries and keys.
+    They are cast to bf16 and go through the matmul path (not SDPA), giving the bf16 inputs' output exactly, with
+    fp32 gradients back to the fp32 inputs."""
+    import rlvr.attention as attention
+
+    bf16_inputs = _inputs()
+    expected, _ = grouped_query_attention(_Attn(), *bf16_inputs, scaling=0.3)
+    query, key, value = (t.detach().float().requires_grad_() for t in bf16_inputs[:3])
+    mask = bf16_inputs[3]
+
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError("SDPA was called: the fp32 queries under autocast missed the training path")
+
+    monkeypatch.setattr(attention, "sdpa_attention_forward", no_sdpa)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+    out.float().sum().backward()
+    assert query.grad.dtype == torch.float32 and query.grad.abs().sum() > 0
+    # outside autocast, fp32 stays on SDPA (fp32 runs keep their exact numerics)
+    with pytest.raises(AssertionError, match="SDPA was called"):
+        grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
 
 
 def test_fp32_training_keeps_transformers_sdpa_exactly():

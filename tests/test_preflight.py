@@ -315,11 +315,35 @@ def test_every_shipped_recipe_is_covered():
     assert shipped == set(GPU_RECIPES) | {"demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml"}
 
 
-def test_the_ppo_demo_recipe_passes(capsys, monkeypatch):
+def _rm_run_dir(tmp_path: Path) -> Path:
+    """A stand-in for an ``rlvr rm train`` run directory: RUN_DIR/model/config.json (the embedded SmolLM2's)."""
+    from rlvr.embedded import embedded_model_dir
+
+    (tmp_path / "rm_run" / "model").mkdir(parents=True)
+    config = (embedded_model_dir() / "config.json").read_text()
+    (tmp_path / "rm_run" / "model" / "config.json").write_text(config)
+    return tmp_path / "rm_run"
+
+
+def test_the_ppo_demo_recipe_passes(capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
-    code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml"])
+    rm = _rm_run_dir(tmp_path)
+    code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml", "--set", f"reward_model.path={rm}"])
     assert code == 0, out
     assert "24 samples over 1 rank(s)" in out and "recipes/ppo_rm_demo.yaml: ok: 0 error(s)" in out, out
+    assert f"ok      reward model: 1 reward model folder(s) found: {rm / 'model'}" in out, out
+
+
+def test_a_missing_reward_model_folder_is_an_error_naming_the_key(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml", "--set", f"reward_model.path={tmp_path / 'no_rm'}"])
+    assert code == 1
+    assert f"error   reward model: reward_model.path: '{tmp_path / 'no_rm'}': no such folder; expected a folder " \
+           "written by `rlvr rm train`" in out, out
+    (tmp_path / "empty_rm").mkdir()
+    code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml", "--set", f"reward_model.path={tmp_path / 'empty_rm'}"])
+    assert code == 1
+    assert f"reward_model.path: '{tmp_path / 'empty_rm'}': no config.json in it (nor in its model/)" in out, out
 
 
 def test_the_reward_model_demo_recipe_passes(capsys, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rlvr.config import Recipe
@@ -13,7 +14,7 @@ from rlvr.data.prompts import PromptSet
 from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.gold import check_gold
-from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
+from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, reward_model_paths
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.template_checks import check_eos, check_prefill
@@ -55,8 +56,24 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
                  options.gold_rows)
     if options.training:
         check_batch(report, recipe, options.world())
+        check_reward_model_folders(report, recipe)
         _check_memory(report, recipe, options, model_path, prompt_set)
     return report
+
+
+def check_reward_model_folders(report: Report, recipe: Recipe) -> None:
+    """An ``error`` for each reward model the run would load (``reward_model.path`` / ``paths`` under ``reward.source:
+    reward_model | both``) whose folder has no ``config.json``: the trainer would fail there after loading the policy.
+    Nothing is added when the recipe loads no reward model."""
+    folders = reward_model_paths(recipe)  # each already resolved to RUN_DIR/model where that holds the config
+    key = "reward_model.path" if recipe.reward_model is not None and recipe.reward_model.path else "reward_model.paths"
+    missing = [f for f in folders if not (Path(f) / "config.json").is_file()]
+    for folder in missing:
+        what = "no such folder" if not Path(folder).exists() else "no config.json in it (nor in its model/)"
+        report.add("error", "reward model", f"{key}: {folder!r}: {what}; expected a folder written by `rlvr rm train` "
+                   "(its RUN_DIR/model, or the run directory itself)")
+    if folders and not missing:
+        report.add("ok", "reward model", f"{len(folders)} reward model folder(s) found: {', '.join(folders)}")
 
 
 def _guarded(report: Report, name: str, fn: Any, *args: Any) -> None:

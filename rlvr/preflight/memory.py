@@ -111,12 +111,19 @@ def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
 
 
 def compute_bytes(recipe: Recipe, device_kind: str) -> int:
-    """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32 (``trainer.bf16`` today;
-    ``trainer.precision`` once it exists, where ``auto`` is bf16 on a GPU)."""
+    """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32, as ``trainer.precision``
+    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.precision.cpu_native_bf16`, the
+    trainer's own test), fp32 on other CPUs. Recipes with the old ``trainer.bf16`` switch are read by it."""
     precision = _key(recipe, "trainer.precision")
-    if precision is not None:
-        return 4 if precision == "fp32" or (precision == "auto" and device_kind == "cpu") else 2
-    return 2 if getattr(recipe.trainer, "bf16", True) else 4
+    if precision is None:
+        return 2 if getattr(recipe.trainer, "bf16", True) else 4
+    if precision == "auto":
+        if device_kind != "cpu":
+            return 2
+        from rlvr.precision import cpu_native_bf16
+
+        return 2 if cpu_native_bf16()[0] else 4
+    return 4 if precision == "fp32" else 2
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""Linear layers over oneDNN-prepacked bf16 weights (the hf engine's generation copy on a CPU): the same outputs as
+``F.linear`` bit for bit, the same parameters (tied weights stay tied), re-packing after a weight change, and the
+support test's answer on each kind of CPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_supported, repack
+from tests.tiny import build_tiny_model
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(24, 40, bias=True)
+        self.head = torch.nn.Linear(40, 24, bias=False)
+        self.embed = torch.nn.Embedding(24, 40)
+        self.head.weight = torch.nn.Parameter(self.embed.weight.T.contiguous())  # an untied stand-in
+        self.tied = torch.nn.Linear(40, 24, bias=False)
+        self.tied.weight = self.embed.weight  # tied like an LM head
+
+
+def _bf16_model() -> TwoLayers:
+    torch.manual_seed(0)
+    return TwoLayers().to(torch.bfloat16).requires_grad_(False)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 16, 300])
+def test_packed_outputs_equal_f_linear_bit_for_bit(rows):
+    model = _bf16_model()
+    x = torch.randn(rows, 1, 24, dtype=torch.bfloat16)
+    expected_up = F.linear(x, model.up.weight, model.up.bias)
+    expected_tied = F.linear(expected_up, model.tied.weight)
+    assert pack_linears(model) == 3
+    assert type(model.up) is PackedLinear and isinstance(model.up, torch.nn.Linear)
+    with torch.no_grad():
+        assert torch.equal(model.up(x), expected_up)
+        assert torch.equal(model.tied(model.up(x)), expected_tied)
+
+
+def test_parameters_stay_the_same_objects_and_repack_follows_a_change():
+    model = _bf16_model()
+    before = dict(model.named_parameters(remove_duplicate=False))
+    pack_linears(model)
+    after = dict(model.named_parameters(remove_duplicate=False))
+    assert list(after) == list(before) and all(after[k] is before[k] for k in before)
+    assert model.tied.weight is model.embed.weight
+    x = torch.randn(4, 24, dtype=torch.bfloat16)
+    with torch.no_grad():
+        model.up.weight.add_(1.0)  # a weight sync writes the parameters in place
+        stale = model.up(x)
+        repack(model)
+        fresh = model.up(x)
+    assert torch.equal(fresh, F.linear(x, model.up.weight, model.up.bias))
+    assert not torch.equal(stale, fresh)  # the packed copy is a snapshot until repacked
+
+
+def test_support_needs_bf16_cpu_parameters_and_native_bf16(monkeypatch):
+    monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda: (True, "mocked"))
+    assert packing_supported(_bf16_model())
+    assert not packing_supported(TwoLayers())  # fp32 parameters
+    monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda: (False, "mocked AVX2"))
+    assert not packing_supported(_bf16_model())
+
+
+def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.rollout.hf import HFRolloutEngine
+    from tests.tiny import build_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
+    tok = build_tokenizer()
+    for native in (True, False):
+        monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda native=native: (native, "mocked"))
+        gen = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=torch.bfloat16).generation_model
+        kinds = {type(m) for m in gen.modules() if isinstance(m, torch.nn.Linear)}
+        assert kinds == ({PackedLinear} if native else {torch.nn.Linear})
