@@ -3,9 +3,12 @@
 
     python benchmarks/bench_decode_ab.py --prompts 2 --n 8 --max-new-tokens 128 --reps 4 --threads 1
 
-Both variants run on the same bf16 generation copy of the embedded SmolLM2-135M, with the same prompts and seed per
-repetition; eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed:
-per variant the median seconds per decode step and per rollout, the 1-minute load average, and how often the two
+``decode_gqa`` is the engine's path (on a CPU with native bf16, linear layers over prepacked weights:
+:mod:`rlvr.rollout.packed_linear`); ``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights;
+``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. All
+variants run on bf16 generation copies of the embedded SmolLM2-135M, with the same prompts and seed per repetition;
+eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed: per variant
+the median seconds per decode step and per rollout, the 1-minute load average, and whether the
 variants sampled the same tokens (same seed).
 """
 
@@ -24,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rlvr.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
+from rlvr.rollout.packed_linear import PackedLinear  # noqa: E402
 
 QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",
              "What is 250 + 375 - 81?"]
@@ -63,7 +67,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--variants", default="generate,decode_sdpa,decode_gqa")
+    ap.add_argument("--variants", default="generate,decode_sdpa,decode_gqa_unpacked,decode_gqa")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from rlvr.config import resolve
@@ -77,8 +81,13 @@ def main() -> None:
     eos = eos_token_ids(model, tok)
     gen_sdpa = _low_precision_copy(model, torch.bfloat16)
     gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
-    gen_gqa = _low_precision_copy(model, torch.bfloat16)
+    gen_gqa = _low_precision_copy(model, torch.bfloat16)  # packed linears where the CPU has native bf16
     use_grouped_query_attention(gen_gqa)
+    gen_unpacked = _low_precision_copy(model, torch.bfloat16)
+    for module in gen_unpacked.modules():  # back to F.linear on the plain bf16 weights
+        if isinstance(module, PackedLinear):
+            module.__class__ = torch.nn.Linear
+            del module.packed_weight
     prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
                for q in QUESTIONS[:args.prompts]]
@@ -88,6 +97,9 @@ def main() -> None:
         "decode_sdpa": lambda: decode.sample(gen_sdpa, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
                                              temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
                                              pad_id=tok.pad_token_id),
+        "decode_gqa_unpacked": lambda: decode.sample(gen_unpacked, ids, mask, args.n,
+                                                     max_new_tokens=args.max_new_tokens, temperature=1.0, top_k=0,
+                                                     top_p=1.0, eos_ids=eos, pad_id=tok.pad_token_id),
         "decode_gqa": lambda: decode.sample(gen_gqa, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
                                             temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
                                             pad_id=tok.pad_token_id),

@@ -3,10 +3,11 @@ alternated in one process on the embedded SmolLM2-135M (fp32 master weights, bf1
 
     python benchmarks/bench_update_ab.py --old-logprobs OLD.py --reps 3 --threads 1
 
-One micro-batch of 2 prompts x 8 samples (random ids: cost does not depend on them), prompt P tokens, response T
-tokens, through :func:`rlvr.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants:
-``old`` (the log-prob module in ``--old-logprobs``, e.g. ``git show ee79a5a:rlvr/logprobs.py > /tmp/old.py``, with
-transformers' SDPA), ``fused`` (this tree's log-probs, SDPA), ``fused_gqa`` (this tree's log-probs and
+One micro-batch of 2 prompts x 8 samples (random ids: cost does not depend on them), prompt P tokens (one prompt
+left-padded by 5), responses of T - 45 .. T tokens (right-padded to T), through
+:func:`rlvr.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants: ``old`` (the log-prob
+module in ``--old-logprobs``, e.g. ``git show ee79a5a:rlvr/logprobs.py > /tmp/old.py``, with transformers' SDPA),
+``fused`` (this tree's log-probs, SDPA), ``fused_gqa`` (this tree's log-probs and
 :func:`rlvr.attention.grouped_query_attention`). Prints per variant the median seconds and the 1-minute load average.
 """
 
@@ -51,10 +52,15 @@ def main() -> None:
         variants = {"old": (old, "sdpa"), **variants}
     torch.manual_seed(0)
     u, g, p, t = 2, 8, args.prompt_tokens, args.response_tokens
+    # padded like a real batch (prompt 0 left-padded, responses of unequal lengths): with no padding transformers
+    # passes no mask and SDPA's causal path runs whatever the attention setting
     p_ids, p_mask = torch.randint(100, 1000, (u, p)), torch.ones(u, p, dtype=torch.long)
+    p_mask[0, :5] = 0
     row_prompt = torch.arange(u).repeat_interleave(g)
     resp, r_mask = torch.randint(100, 1000, (u * g, t)), torch.ones(u * g, t, dtype=torch.long)
-    weights = torch.randn(u * g, t)
+    for row in range(u * g):
+        r_mask[row, max(t - (u * g - 1 - row) * 3, 1):] = 0  # lengths t - 45 .. t
+    weights = torch.randn(u * g, t) * r_mask
 
     def run(name: str) -> float:
         module, attn = variants[name]

@@ -90,6 +90,48 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   are the old ones, as in TRL). Not changed: the training forward under autocast re-casts the fp32 master weights once
   per micro-batch (one micro-batch of 16 rows here); compacting finished rows out of the decode batch (the weights,
   read once per step whatever the row count, dominate a step at 16 rows).
+
+### Third round (quiet machine, load below 1 before each run)
+
+- **The training attention never took its own path.** A check of which branch `grouped_query_attention` takes in
+  the trainer's real forward (a padded micro-batch under bf16 autocast over fp32 weights) found the queries and keys
+  arriving in fp32: RoPE's fp32 cos/sin promote the bf16 projections, so the `bf16/fp16` test failed and every
+  training forward and backward ran torch's flash kernel through SDPA after all. The second round's A/B credited
+  the attention with 28.0 -> 21.9 s, but its micro-batch had no padding, where transformers passes no mask and SDPA
+  runs whatever the setting: that difference was load (11-13), not the attention. Fix (`rlvr/attention.py`): under
+  CPU autocast, fp32 queries/keys/values are cast to the autocast dtype (what SDPA does under autocast) and take the
+  grouped-matmul path; a test fails if SDPA is reached there. `bench_update_ab.py` now pads its micro-batch (one
+  prompt left-padded, responses of 45-90 tokens): SDPA 7.32 s vs the grouped path 6.13 s forward + backward (medians of 4, alternated, 1 thread, load 1.0; per repetition 0.90, 0.88, 0.76, 0.82 of SDPA's time). Both paths are as far from an fp32 forward
+  (random tokens, so high-entropy predictions, 1 thread): mean |log-prob difference| 0.037 nats (SDPA) vs 0.039
+  (grouped), gradient of the first q_proj 4.6% vs 4.7% relative.
+- **Decoding: oneDNN re-lays out every bf16 weight in every call.** torch.profiler over one 2 x 8 x 128 rollout
+  (1 thread, load 1.1): `aten::mm` 55% of op time, 56 ms a decode step against a 23 ms weight-read floor (11.6
+  GB/s measured then); flash attention over the cache 15%; copies and casts 6%; the sampler's float64 cumsum 2%. At
+  SmolLM2's shapes and 16 rows, `F.linear` streams a bf16 weight at 4-8 GB/s; the same weight packed once for oneDNN
+  (`torch.ops.mkldnn._reorder_linear_weight`, the prepacking torch's Inductor does when it freezes a CPU model) at
+  5-21 GB/s (q/o 87 -> 66 us, gate/up 235 -> 141, down 221 -> 83, LM head 11.1 -> 6.4 ms), with bit-identical
+  outputs at every row count tried (1-1000). Fix (`rlvr/rollout/packed_linear.py`): the `hf` engine's bf16
+  generation copy on a CPU with native bf16 computes its linear layers on packed weights, re-packed after every
+  weight sync (0.2 s for 135M parameters, 1 thread); memory: one more bf16 copy of the linear weights (270 MB here;
+  `rlvr check` counts it). `bench_decode_ab.py`: 82.0 vs 110.6 ms a decode step packed vs unpacked (medians of 4, alternated, 1 thread, load 1.0, 2 x 8 x 128 tokens; the same tokens sampled in every repetition).
+- **What is left in decoding is per-op cost, not bandwidth.** With packed weights the GEMMs are at the floor: at
+  SmolLM2's shapes and 16 rows, 2 threads, one decode step's linear layers take 12.4 ms (q/o 37 us, k/v 30, gate/up
+  70, down 69, times 30 layers, plus the LM head's 2.1 ms: 18-27 GB/s), against the 13 ms weight-read floor at this
+  run's 19.6 GB/s; yet a decode step takes ~84 ms (this run's rlvr generation, ~128 steps). The rest is the ~6,500
+  aten ops a step launches (30 layers x ~215: RMSNorm's casts, pow, mean and rsqrt, RoPE's slices, negation and
+  concatenation, the cache writes, views; each too small to run on more than one thread) at several microseconds
+  each, plus SDPA over the cache (~0.3-0.5 ms a layer). The same 30-layer stack at hidden size 48 (no compute to
+  speak of) takes 21-24 ms a step at 1 thread. That part does not shrink with threads while the bandwidth floor
+  does: at 1 thread the rollout is ~3.5x its floor (82 ms against 23 ms at 11.6-12.3 GB/s), at 2 threads ~6x.
+  Fusing those small ops (`torch.compile`, or a fused decode kernel per architecture) is what would close the gap;
+  not tried yet.
+- **Training, what is left.** torch.profiler of `bench_update_ab.py`'s padded micro-batch on the final code (1
+  thread, load 0.8): the GEMMs (`mm`) 46% of op time, copies 15% (mostly the fp32 -> bf16 casts autocast makes of
+  the master weights in the forward and of the gradients back), element-wise ops (RMSNorm, SiLU, RoPE, residuals,
+  the fused log-prob) about 15%, attention now 8% (`bmm`, the mask, softmax forward and backward; the flash kernel
+  had 24% before the fix). The floor assumes the peak bf16 GEMM rate at a 2048-row shape; the training GEMMs run on
+  16 rows x 45-90 tokens, several of them skinny (the K/V projections are 192 wide), and the bf16 GEMM rate itself
+  moved between runs on this machine (408-1155 GFLOP/s at 1 thread, the same shape and load below 1).
 """
 """The profile and what was fixed (hand-written: it describes code, not a measurement of this run)."""
 
@@ -110,12 +152,14 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
                   + ", ".join(f"{x:.2f}" for x in summaries["smollm2"]["pair_ratios"]) + ")", ""]
     lines += ["## Machine and settings", "",
               f"- CPU: {cpu['model']}, {cpu['cores']} cores, flags {', '.join(cpu['flags'])}; torch kernel level "
-              f"{cpu['torch_capability']}. Shared with other jobs: see the load averages.",
+              f"{cpu['torch_capability']}. 1-minute load average {machine['load_1m_at_start']:.1f} at the start; "
+              "each run's is in its table.",
               f"- Precision: **{machine['precision']}** on both sides (`auto`: bf16 where the CPU has AVX-512 bf16 or "
               "AMX, else fp32): fp32 master weights, bf16 autocast for generation and training forwards.",
-              f"- torch threads: {machine['threads']} on both sides (`--threads`). On 2 cores shared with other jobs "
-              "(load average 5-16 during this work), 2 OpenMP threads wait on each other: in two tiny-model runs "
-              "here, a step took 47-92 s at 2 threads (load 7-11) and 12-15 s at 1 (load 5).",
+              f"- torch threads: {machine['threads']} on both sides (`--threads`, default: every core). On cores "
+              "shared with other jobs, fewer threads than cores is the fairer setting: OpenMP threads wait on each "
+              "other when one is descheduled (on these 2 cores at load 7-11, a tiny-model step took 47-92 s at 2 "
+              "threads and 12-15 s at 1).",
               "- Both: GRPO, 2 prompts x 8 samples a step, up to 128 new tokens, temperature 1, top-p 1, lr 1e-6 "
               "(constant), no KL (no reference model), token-mean loss (TRL `loss_type=\"dapo\"`), clip 0.2, grad "
               "clip 1.0, advantages scaled by the group std, one optimizer step per generation, generation with "
@@ -140,11 +184,12 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
             lines += ["Per pair (median step s at the median 1-minute load average of its timed steps): "
                       + "; ".join(f"pair {i} ({p['first']} first): rlvr {_s(p['rlvr_step_s'])} s at load "
                                   f"{p['rlvr_load_1m']:.1f}, TRL {_s(p['trl_step_s'])} s at load {p['trl_load_1m']:.1f}"
-                                  for i, p in enumerate(summ["pairs"])) + ".", "",
-                      "Read the ratio with these loads: each run had one core's worth of threads on a machine whose "
-                      "load average moved between 5 and 16 (other engineers' jobs), so a run's wall time mostly "
-                      "measures its share of the CPU. Alternation spreads that over both sides only with more pairs "
-                      "than were run here.", ""]
+                                  for i, p in enumerate(summ["pairs"])) + ".", ""]
+            busiest = max(max(p["rlvr_load_1m"], p["trl_load_1m"]) for p in summ["pairs"])
+            if busiest > machine["cpu"]["cores"] + 0.5:  # the run itself puts its threads on the load
+                lines += [f"Read the ratio with these loads: a run's median load reached {busiest:.1f} on "
+                          f"{machine['cpu']['cores']} cores, so other jobs took part of the CPU and a run's wall time "
+                          "partly measures its share of it; alternating the sides spreads that over both.", ""]
     lines += ["## The machine's limit", "",
               f"Measured in the same invocation, at {machine['threads']} thread(s): matmul "
               f"{machine['matmul_flops_per_s']['bf16'] / 1e9:.0f} GFLOP/s bf16 and "
@@ -161,10 +206,9 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
                   *(_floor_rows(summ)), ""]
     if findings:
         lines += [findings.rstrip(), ""]
-    lines += ["## Not measured yet", "",
-              "- **Learning per unit of compute** (held-out pass@1 after the same wall-clock budget, both trainers, 3 "
-              "seeds): not run. On these 2 shared cores one SmolLM2 step took minutes, so 6 runs of a useful budget "
-              "did not fit; the script has no such mode yet.",
+    lines += ["## Not measured here", "",
+              "- Learning per unit of compute is `bench_learning_vs_trl.py`'s measurement: its section (below, when it "
+              "has run) is carried over unchanged when this file is rewritten.",
               "- Step time with the `vllm` engine (`benchmarks/results/rollout.md` has its rollout throughput).", ""]
     vr = summaries[next(iter(summaries))]["sides"]
     lines += ["## Versions and command", "",

@@ -9,7 +9,8 @@ attention mask is present, and left padding always makes one. :func:`grouped_que
   so no causal structure among them). Exactly ``repeat_kv`` + SDPA without the copy.
 - several query tokens with gradients on CPU in bf16/fp16 (the trainer's forward under autocast, where RoPE's fp32
   cos/sin hand over fp32 queries and keys: cast to the autocast dtype, as SDPA would): the same grouping,
-  (R, H_kv, G * Q, d), with attention written out as two batched matmuls and an fp32 softmax. torch's CPU flash-attention kernel is about twice
+  (R, H_kv, G * Q, d), with attention written out as two batched matmuls and an fp32 softmax, while the scores it
+  keeps for the backward stay under :data:`MAX_SCORES_BYTES` a layer (longer sequences: SDPA's flash kernel). torch's CPU flash-attention kernel is about twice
   as slow forward + backward at these sizes (SmolLM2, 16 x ~90 queries over ~150 keys, bf16: 150-200 ms vs 92 ms per
   layer, 1 thread).
 - anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
@@ -29,6 +30,16 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 GQA_ATTENTION = "rlvr_gqa"
 """The name :func:`grouped_query_attention` is registered under (a model's ``config._attn_implementation``)."""
+
+MAX_SCORES_BYTES = 128 * 2**20
+"""The largest attention-score tensor (one layer, one forward) the CPU training path makes; above it (long sequences)
+SDPA's flash kernel runs, which keeps no (Q, L) scores for the backward."""
+
+
+def scores_bytes(rows: int, heads: int, queries: int, keys: int) -> int:
+    """Bytes the CPU training path keeps per layer for the backward: the fp32 scores and the bf16/fp16 probabilities,
+    (R, H, Q, L) each (6 bytes an entry)."""
+    return 6 * rows * heads * queries * keys
 
 
 def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
@@ -54,7 +65,8 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
         compute_dtype = torch.get_autocast_dtype("cpu")
     # several queries: only bf16/fp16 training on CPU is ours. No mask there means "causal" to transformers' SDPA
     # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
-    ours = grads and query.device.type == "cpu" and compute_dtype in (torch.bfloat16, torch.float16)
+    ours = (grads and query.device.type == "cpu" and compute_dtype in (torch.bfloat16, torch.float16)
+            and scores_bytes(r, h, q, key.shape[2]) <= MAX_SCORES_BYTES)
     if h == kv_heads or dropout != 0.0 or (q > 1 and (attention_mask is None or not ours)):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)

@@ -98,3 +98,19 @@ def test_no_mask_with_several_queries_is_causal_as_in_transformers_sdpa():
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
     w = torch.softmax(query[2, 1, 1] @ key[2, 0, :2].T * 0.3, -1)  # query 1 sees keys 0 and 1 only
     torch.testing.assert_close(out[2, 1, 1], w @ value[2, 0, :2], atol=1e-5, rtol=1e-5)
+
+
+def test_long_sequences_keep_sdpa_so_no_large_score_tensor_is_kept(monkeypatch):
+    """Above MAX_SCORES_BYTES a layer (here lowered to 1 byte) the CPU training path hands over to SDPA's flash kernel,
+    which keeps no (Q, L) scores for the backward."""
+    import rlvr.attention as attention
+
+    query, key, value, mask = _inputs()
+    assert attention.scores_bytes(3, 6, 4, 6) == 6 * 3 * 6 * 4 * 6  # fp32 scores + bf16 probabilities
+    calls = []
+    monkeypatch.setattr(attention, "sdpa_attention_forward", lambda *a, **k: calls.append(1) or (None, None))
+    grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
+    assert calls == []
+    monkeypatch.setattr(attention, "MAX_SCORES_BYTES", 1)
+    grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
+    assert calls == [1]

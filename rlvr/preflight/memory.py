@@ -13,21 +13,24 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
   planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
   per block of a Llama-style layer (:func:`block_activation_bytes_per_token`; SDPA/flash attention keeps no L x L
-  scores), or with ``model.gradient_checkpointing`` one fp32 hidden state per layer plus one block recomputed; plus
+  scores; rlvr's bf16 CPU training attention keeps them while they are small, :data:`rlvr.attention.MAX_SCORES_BYTES`
+  a layer), or with ``model.gradient_checkpointing`` one fp32 hidden state per layer plus one block recomputed; plus
   the output layer's logits over the response, (rows, T, V) in the compute dtype, and their gradient
   (:mod:`rlvr.logprobs` chunks the fp32 log-softmax, not the logits).
 - generation: vLLM takes ``rollout.vllm_gpu_memory_utilization`` of the GPU for its bf16 weights and KV cache (freed
   during training with ``rollout.vllm_sleep_mode``); the ``hf`` engine holds the KV cache of
   ``rollout.generation_batch_size`` sequences.
 - under bf16 autocast, the bf16 casts of the weights that autocast caches while its region lasts (2N; /R under Z = 3),
-  in the forward and backward, and in the ``hf`` engine's generation.
+  in the forward and backward, and the ``hf`` engine's bf16 generation copy (2N), on a CPU with its linear layers'
+  weights packed for oneDNN once more (2N, :mod:`rlvr.rollout.packed_linear`).
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
 
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase; an error when it
 exceeds the device, a warning above 90%. Measured on a CPU (SmolLM2-135M, 4 x 128 tokens, bf16 autocast), the bytes
 autograd saves for backward are 2.5% below this count without checkpointing and 1.3% below with it
-(``benchmarks/bench_activation_memory.py``); the CPU demo's count, 3.9 GiB, plus the 0.4 GiB the interpreter and
-libraries take, matches its measured peak RSS of 4.3 GiB. Not compared with a GPU yet.
+(``benchmarks/bench_activation_memory.py``); the CPU demo's count (bf16, AVX-512 + AMX Xeon), 4.24 GiB, plus the
+~0.4-0.5 GiB the interpreter and libraries take, matches its measured peak RSS of 4.75 GiB (2 steps, /usr/bin/time).
+Not compared with a GPU yet.
 
 The models held beside the policy are read from the recipe as the trainer reads it (:data:`EXTRA_MODELS`): the
 reference when ``algorithm.kl.beta > 0`` or for PPO (which always loads it, to measure the KL from the initial policy),
@@ -269,6 +272,13 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
         how = "every block"
     parts.append(Part(f"activations ({rows} rows x {seq} tokens, {how})", kept, "train",
                       "optim.micro_batch_tokens / optim.micro_batch_size, or model.gradient_checkpointing: true"))
+    if act == 2 and not gpu:  # rlvr.attention's CPU training path keeps (Q, L) scores while they stay small
+        from rlvr.attention import MAX_SCORES_BYTES, scores_bytes
+
+        per_layer = scores_bytes(rows, policy.heads, seq, seq)
+        if per_layer <= MAX_SCORES_BYTES:
+            parts.append(Part(f"attention scores ({rows} rows x {policy.heads} heads x {seq}^2, fp32 + bf16, CPU)",
+                              policy.layers * per_layer, "train", "optim.micro_batch_size"))
     parts.append(Part(f"logits + their gradient ({rows} x {response} x {policy.vocab} vocab)",
                       2 * rows * response * policy.vocab * act, "train",
                       "optim.micro_batch_tokens / optim.micro_batch_size"))
@@ -289,8 +299,11 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
             kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
     elif engine == "hf":
         seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
-        parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens){' + bf16 casts' if casts else ''}",
-                          seqs * seq * policy.kv_bytes_per_token * act / 2 + casts, "generate",
+        # on a CPU the bf16 generation copy's linear layers also hold oneDNN-packed weights (rollout.packed_linear)
+        packed = casts if not gpu else 0.0
+        parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens)"
+                          f"{' + bf16 weight copy' if casts else ''}{' + its packed weights' if packed else ''}",
+                          seqs * seq * policy.kv_bytes_per_token * act / 2 + casts + packed, "generate",
                           "rollout.generation_batch_size"))
     if gpu:
         parts.append(Part("CUDA context + allocator slack", CUDA_OVERHEAD_BYTES, "resident", ""))
