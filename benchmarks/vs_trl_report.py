@@ -114,17 +114,20 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   generation copy on a CPU with native bf16 computes its linear layers on packed weights, re-packed after every
   weight sync (0.2 s for 135M parameters, 1 thread); memory: one more bf16 copy of the linear weights (270 MB here;
   `rlvr check` counts it). `bench_decode_ab.py`: 82.0 vs 110.6 ms a decode step packed vs unpacked (medians of 4, alternated, 1 thread, load 1.0, 2 x 8 x 128 tokens; the same tokens sampled in every repetition).
-- **What is left in decoding is per-op cost, not bandwidth.** With packed weights the GEMMs are at the floor: at
-  SmolLM2's shapes and 16 rows, 2 threads, one decode step's linear layers take 12.4 ms (q/o 37 us, k/v 30, gate/up
-  70, down 69, times 30 layers, plus the LM head's 2.1 ms: 18-27 GB/s), against the 13 ms weight-read floor at this
-  run's 19.6 GB/s; yet a decode step takes ~84 ms (this run's rlvr generation, ~128 steps). The rest is the ~6,500
-  aten ops a step launches (30 layers x ~215: RMSNorm's casts, pow, mean and rsqrt, RoPE's slices, negation and
-  concatenation, the cache writes, views; each too small to run on more than one thread) at several microseconds
-  each, plus SDPA over the cache (~0.3-0.5 ms a layer). The same 30-layer stack at hidden size 48 (no compute to
-  speak of) takes 21-24 ms a step at 1 thread. That part does not shrink with threads while the bandwidth floor
-  does: at 1 thread the rollout is ~3.5x its floor (82 ms against 23 ms at 11.6-12.3 GB/s), at 2 threads ~6x.
-  Fusing those small ops (`torch.compile`, or a fused decode kernel per architecture) is what would close the gap;
-  not tried yet.
+- **What is left in decoding: many small kernels.** torch.profiler over one 2 x 8 x 128 rollout on the final code,
+  2 threads, quiet (load 1.0; the read bandwidth measured in that process: 24.1 GB/s, so an 11.2 ms weight-read
+  floor a step): a decode step took 64-77 ms. The packed linear layers are 30 ms of it (48% of op time): 211 calls a
+  step, each streaming a 0.2-1.8 MB weight at ~9 GB/s, far from what one long read reaches (a micro-benchmark that
+  calls one weight repeatedly reads it from the last-level cache and looks 2-3x faster: not the in-situ rate). SDPA
+  over the cache is 9.5 ms (30 calls, ~0.34 ms each); the ~6,000 other small ops a step (RMSNorm's casts, pow, mean
+  and rsqrt, RoPE's slices, negation and concatenation, the cache writes, views, the sampler's float64 cumsum) about
+  23 ms; Python the rest. At 1 thread the step is ~82 ms against a 22-23 ms floor (~3.5x); at 2 threads ~6x: the
+  floor halves with the second thread, the per-call costs do not. A decode step written out over the model's own
+  weights without transformers' modules (the same ops in the same order) sampled bit-identical tokens and was no
+  faster (82.8 / 103.7 vs 85.2 / 91.0 ms a step, 2 repetitions, measured while CI ran), so Python is not the lever;
+  fewer and larger kernels are: q/k/v and gate/up as one GEMM each, the element-wise chains fused (`torch.compile`,
+  or a fused CPU kernel), an attention kernel for one query token per row. Not done; the decode step was not
+  committed.
 - **Training, what is left.** torch.profiler of `bench_update_ab.py`'s padded micro-batch on the final code (1
   thread, load 0.8): the GEMMs (`mm`) 46% of op time, copies 15% (mostly the fp32 -> bf16 casts autocast makes of
   the master weights in the forward and of the gradients back), element-wise ops (RMSNorm, SiLU, RoPE, residuals,
