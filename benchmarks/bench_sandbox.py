@@ -271,7 +271,7 @@ def main() -> int:
             items = all_items[:SLOW_DESIGNS_PROGRAMS] if name in ("fresh", "reward-per-sample") else all_items
             jobs = [job for job, _ in items]
             n_tests = sum(job.n_tests for job in jobs)
-            sandbox.batch.FORK_SERVER = not name.endswith("-exec")
+            rlvr.sandbox.batch.FORK_SERVER = not name.endswith("-exec")
             if docker is not None:
                 docker.warm_drivers = name != "pooled-fork-cold"
             if name.startswith("reward"):
@@ -280,7 +280,7 @@ def main() -> int:
             else:
                 backend = {"fresh": fresh, "pooled-exec": docker, "pooled-fork": docker,
                            "pooled-fork-cold": docker}.get(name, bwrap)
-                max_batch = 1 if name == "fresh" else sandbox.scheduler.MAX_BATCH
+                max_batch = 1 if name == "fresh" else rlvr.sandbox.scheduler.MAX_BATCH
                 execute(backend, jobs[:2], max_batch=max_batch)  # warm: containers started, caches filled
                 passed, wall, cpu = judge_with_backend(backend, jobs, max_batch)
             agree = sum(p == ok for p, (_, ok) in zip(passed, items))
@@ -296,7 +296,7 @@ def main() -> int:
                    f"{n_tests / wall:.1f} | {cpu_cols} | {agree}/{len(jobs)} |")
             print(row, flush=True)
             lines.append(row)
-    sandbox.batch.FORK_SERVER = True
+    rlvr.sandbox.batch.FORK_SERVER = True
     if docker is not None:
         docker.warm_drivers = True
     lines += ["", f"Load average at the end: {os.getloadavg()[0]:.1f}; the whole run took "

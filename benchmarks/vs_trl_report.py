@@ -124,10 +124,13 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   23 ms; Python the rest. At 1 thread the step is ~82 ms against a 22-23 ms floor (~3.5x); at 2 threads ~6x: the
   floor halves with the second thread, the per-call costs do not. A decode step written out over the model's own
   weights without transformers' modules (the same ops in the same order) sampled bit-identical tokens and was no
-  faster (82.8 / 103.7 vs 85.2 / 91.0 ms a step, 2 repetitions, measured while CI ran), so Python is not the lever;
-  fewer and larger kernels are: q/k/v and gate/up as one GEMM each, the element-wise chains fused (`torch.compile`,
-  or a fused CPU kernel), an attention kernel for one query token per row. Not done; the decode step was not
-  committed.
+  faster (82.8 / 103.7 vs 85.2 / 91.0 ms a step, 2 repetitions, measured while CI ran), so Python is not the lever
+  (not committed). `torch.compile` (Inductor, `freezing=True` so it prepacks the weights itself, dynamic shapes) of
+  the unpacked bf16 copy, 2 threads: 63.4 ms a step once compiled, against 98.7 ms eager unpacked in the same
+  process, but it compiled twice (the first call and the first growth of the cache), ~350 s in all, and the packed
+  eager path is already at 64-77 ms: not a lever on 2 cores (it does not accept the packed weights either). What is
+  left: fewer and larger kernels (q/k/v and gate/up as one GEMM each, fused element-wise chains, an attention kernel
+  for one query token per row); not done.
 - **Training, what is left.** torch.profiler of `bench_update_ab.py`'s padded micro-batch on the final code (1
   thread, load 0.8): the GEMMs (`mm`) 46% of op time, copies 15% (mostly the fp32 -> bf16 casts autocast makes of
   the master weights in the forward and of the gradients back), element-wise ops (RMSNorm, SiLU, RoPE, residuals,
