@@ -13,10 +13,10 @@ Settings mirror the demo recipe under rlvr's ``grpo`` preset with the demo's ove
 optimizer step on them, in micro-batches of ``micro_batch_size`` sequences like rlvr's ``optim.micro_batch_size``
 (``per_device_train_batch_size`` = micro-batch, ``gradient_accumulation_steps`` = B x G / micro-batch, so TRL's
 generation batch is B x G; a single 64-sequence forward was OOM-killed here beside other jobs); the other settings
-are :func:`trl_common.grpo_config`'s. Reward: TRL's own ``accuracy_reward`` (math-verify on the ``\\boxed{}`` answer), where rlvr uses its ``math``
-verifier; both score a boxed integer against the gold integer. The budget: CPU seconds (user + system) of this process
-and its live children, counted from ``on_train_begin`` (after the model is loaded); the run stops after the step that
-reaches it, as rlvr's ``trainer.max_cpu_seconds`` does.
+are :func:`trl_common.grpo_config`'s. Reward: TRL's own ``accuracy_reward`` (math-verify on the ``\\boxed{}``
+answer), where rlvr uses its ``math`` verifier; both score a boxed integer against the gold integer. The budget: CPU
+seconds (user + system) of this process and its live children, counted from ``on_train_begin`` (after the model is
+loaded); the run stops after the step that reaches it, as rlvr's ``trainer.max_cpu_seconds`` does.
 """
 
 from __future__ import annotations

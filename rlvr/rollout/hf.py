@@ -11,10 +11,11 @@ engine shares the policy's parameters under one autocast context instead, and we
 
 Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
 attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
-an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked for
-oneDNN (:mod:`rlvr.rollout.packed_linear`; 1.3-2.7x per layer). Each prompt is prefilled once and its KV cache repeated for
-the G samples of its group (``generate`` with ``num_return_sequences`` would recompute the prompt G times; with
-few-shot prompts ten times longer than the answers, that prefill is most of the rollout's compute).
+an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
+for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2). Each prompt is prefilled
+once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
+recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
+rollout's compute).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from transformers import PreTrainedTokenizerBase
 
 from rlvr.attention import use_grouped_query_attention
 from rlvr.rollout import decode
-from rlvr.rollout.packed_linear import pack_linears, packing_supported, repack
 from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.packed_linear import pack_linears, packing_supported, repack
 
 
 class HFRolloutEngine:
