@@ -39,15 +39,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench_vs_trl import cpu_info  # noqa: E402
+from bench_vs_trl import ENV, cpu_info  # noqa: E402
 
 RECIPE = REPO / "recipes" / "demo.yaml"
 RAW = HERE / "results" / "learning_vs_trl.json"
 TABLE = HERE / "results" / "learning_vs_trl.md"
 MARK_START, MARK_END = "<!-- learning-vs-trl:start -->", "<!-- learning-vs-trl:end -->"
 SIDES = ("rlvr", "trl")
-ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
-       "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # the Makefile's defaults
 
 
 def export_train_prompts(seed: int, path: Path) -> dict:

@@ -344,6 +344,13 @@ def test_a_missing_reward_model_folder_is_an_error_naming_the_key(capsys, monkey
     code, out = _check(capsys, ["recipes/ppo_rm_demo.yaml", "--set", f"reward_model.path={tmp_path / 'empty_rm'}"])
     assert code == 1
     assert f"reward_model.path: '{tmp_path / 'empty_rm'}': no config.json in it (nor in its model/)" in out, out
+    # verifier rewards, but PPO's critic still starts as a copy of the reward model: its folder is checked too
+    raw = yaml.safe_load((REPO / "recipes/ppo_rm_demo.yaml").read_text())
+    raw["reward"]["source"], raw["verifiers"][0]["optimise"] = "verifiers", True
+    raw["reward_model"]["path"] = str(tmp_path / "no_rm")
+    code, out = _check(capsys, [_write(tmp_path / "ppo_verifiers.yaml", raw)])
+    assert code == 1
+    assert f"error   reward model: reward_model.path: '{tmp_path / 'no_rm'}': no such folder" in out, out
 
 
 def test_the_reward_model_demo_recipe_passes(capsys, monkeypatch):

@@ -14,7 +14,7 @@ from rlvr.data.prompts import PromptSet
 from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.gold import check_gold
-from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, reward_model_paths
+from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.template_checks import check_eos, check_prefill
@@ -62,10 +62,13 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
 
 
 def check_reward_model_folders(report: Report, recipe: Recipe) -> None:
-    """An ``error`` for each reward model the run would load (``reward_model.path`` / ``paths`` under ``reward.source:
-    reward_model | both``) whose folder has no ``config.json``: the trainer would fail there after loading the policy.
-    Nothing is added when the recipe loads no reward model."""
-    folders = reward_model_paths(recipe)  # each already resolved to RUN_DIR/model where that holds the config
+    """An ``error`` for each reward-model folder the run would load whose folder has no ``config.json``: the reward
+    models under ``reward.source: reward_model | both`` and PPO's critic when it starts from the reward model (which
+    it does under ``reward.source: verifiers`` too), as :func:`rlvr.preflight.memory.held_models` lists them. The
+    trainer would fail there after loading the policy. Nothing is added when the recipe loads no reward model."""
+    folders = list(dict.fromkeys(  # each already resolved to RUN_DIR/model where that holds the config
+        name for role, name, _ in held_models(recipe)
+        if role.startswith("reward model") or (role == "critic" and name != recipe.model.name)))
     key = "reward_model.path" if recipe.reward_model is not None and recipe.reward_model.path else "reward_model.paths"
     missing = [f for f in folders if not (Path(f) / "config.json").is_file()]
     for folder in missing:

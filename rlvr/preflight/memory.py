@@ -121,12 +121,14 @@ def compute_bytes(recipe: Recipe, device_kind: str) -> int:
     if precision is None:
         return 2 if getattr(recipe.trainer, "bf16", True) else 4
     if precision == "auto":
-        if device_kind != "cpu":
-            return 2
-        from rlvr.precision import cpu_native_bf16
-
-        return 2 if cpu_native_bf16()[0] else 4
+        return 2 if device_kind != "cpu" or _cpu_native_bf16() else 4
     return 4 if precision == "fp32" else 2
+
+
+def _cpu_native_bf16() -> bool:
+    from rlvr.precision import cpu_native_bf16
+
+    return cpu_native_bf16()[0]
 
 
 @dataclass(frozen=True)
@@ -299,8 +301,9 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
             kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
     elif engine == "hf":
         seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
-        # on a CPU the bf16 generation copy's linear layers also hold oneDNN-packed weights (rollout.packed_linear)
-        packed = casts if not gpu else 0.0
+        # on a CPU with native bf16 the generation copy's linear layers also hold oneDNN-packed weights
+        # (rollout.packed_linear.packing_supported: not where bf16 is forced on a CPU that emulates it)
+        packed = casts if casts and not gpu and _cpu_native_bf16() else 0.0
         parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens)"
                           f"{' + bf16 weight copy' if casts else ''}{' + its packed weights' if packed else ''}",
                           seqs * seq * policy.kv_bytes_per_token * act / 2 + casts + packed, "generate",
