@@ -40,7 +40,8 @@ def test_pyproject_lists_every_package_under_rlvr() -> None:
             expected.add(".".join((top, *rel)))
     assert sorted(tool["packages"]) == sorted(expected)
     assert {p.split(".")[0] for p in tool["packages"]} == {"rlvr"}
-    assert tool["package-data"] == {"rlvr.sandbox": ["image.env", "setup.sh"]}
+    assert tool["package-data"] == {"rlvr.sandbox": ["image.env", "setup.sh"],
+                                    "rlvr.rollout": ["decode_kernels.cpp"]}
 
 
 @pytest.mark.parametrize("name", ["verifiers", "sandbox"])
@@ -97,7 +98,8 @@ def test_the_wheel_holds_rlvr_only_with_the_sandbox_data_files(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"rlvr", wheel.name.split("-py")[0] + ".dist-info"}
     for needed in ("rlvr/verifiers/registry.py", "rlvr/sandbox/image.env", "rlvr/sandbox/setup.sh",
-                   "rlvr/sandbox/harness/driver.py", "rlvr/sandbox/backends/docker_backend.py"):
+                   "rlvr/rollout/decode_kernels.cpp", "rlvr/sandbox/harness/driver.py",
+                   "rlvr/sandbox/backends/docker_backend.py"):
         assert needed in names
     # installed from it, the sandbox finds its data beside its code
     site = tmp_path / "site"

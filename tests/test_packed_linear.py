@@ -6,10 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from rlvr.precision import cpu_native_bf16
+from rlvr.rollout.kernels import kernels_supported
 from rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_supported, repack
 from tests.tiny import build_tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+
+
+def packing_supported_here() -> bool:
+    return cpu_native_bf16()[0] and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
 class TwoLayers(torch.nn.Module):
@@ -74,8 +80,31 @@ def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeyp
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
     tok = build_tokenizer()
+    monkeypatch.setattr("rlvr.rollout.fused_decode.decode_kernels", lambda: None)  # no fused decode step: see below
     for native in (True, False):
         monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda native=native: (native, "mocked"))
-        gen = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=torch.bfloat16).generation_model
-        kinds = {type(m) for m in gen.modules() if isinstance(m, torch.nn.Linear)}
+        engine = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=torch.bfloat16)
+        kinds = {type(m) for m in engine.generation_model.modules() if isinstance(m, torch.nn.Linear)}
         assert kinds == ({PackedLinear} if native else {torch.nn.Linear})
+        assert engine.fused is None
+
+
+@pytest.mark.skipif(not kernels_supported()[0] or not packing_supported_here(),
+                    reason="needs a CPU with native bf16 and AVX-512 (the fused decode kernels)")
+def test_with_the_fused_decode_step_only_the_unfused_projections_stay_packed(tmp_path):
+    """q/k/v and gate/up are read from the fused decoder's concatenated packs; their own packs would be a second
+    copy, so they go back to plain linears (the prefill's); o, down and the LM head stay packed."""
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.rollout.hf import HFRolloutEngine
+    from tests.tiny import build_tokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
+    engine = HFRolloutEngine(model, build_tokenizer(), [0], autocast_dtype=torch.bfloat16)
+    assert engine.fused is not None
+    packed = {name.rsplit(".", 1)[-1] for name, m in engine.generation_model.named_modules()
+              if isinstance(m, PackedLinear)}
+    plain = {name.rsplit(".", 1)[-1] for name, m in engine.generation_model.named_modules()
+             if type(m) is torch.nn.Linear}
+    assert packed == {"o_proj", "down_proj", "lm_head"}
+    assert plain == {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}

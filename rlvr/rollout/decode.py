@@ -28,6 +28,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
                                                     TopPLogitsWarper)
 
+from rlvr.rollout.fused_decode import FusedDecoder
+
 
 class PreallocatedLayer(DynamicLayer):
     """One layer's KV cache in a buffer of fixed capacity: ``update`` writes the new columns in place and returns a
@@ -119,7 +121,7 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
 @torch.no_grad()
 def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n: int, *, max_new_tokens: int,
            temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
-           synced: bool = False) -> tuple[Tensor, Tensor]:
+           synced: bool = False, fused: FusedDecoder | None = None) -> tuple[Tensor, Tensor]:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
@@ -131,6 +133,8 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         synced: keep stepping until every rank of the default process group has finished (ZeRO-3: each forward
             all-gathers the partitioned weights, so a rank that stopped early would hang the others), as
             ``generate(synced_gpus=True)`` does.
+        fused: decode steps through this :class:`~rlvr.rollout.fused_decode.FusedDecoder` of ``model`` (the
+            prefill still runs ``model``); None = ``model``'s own forward.
     Returns:
         tokens (R, T') long and logprobs (R, T') fp32, R = U * n, T' <= T the steps run (until every row ended):
         each token's log-prob under softmax(logits / temperature) (raw logits when greedy), before top-k/top-p;
@@ -148,7 +152,10 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     prompt_pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (U, P) positions skipping left padding
     prefill = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=prompt_pos,
                     past_key_values=DynamicCache(config=model.config), use_cache=True, logits_to_keep=1)
-    cache = PreallocatedCache(prefill.past_key_values, n, p + max_new_tokens)
+    if fused is not None:
+        state = fused.start(prefill.past_key_values, attention_mask, n, p + max_new_tokens)
+    else:
+        cache = PreallocatedCache(prefill.past_key_values, n, p + max_new_tokens)
     logits = prefill.logits[:, -1].repeat_interleave(n, 0)  # (R, V)
     del prefill
     r = u * n
@@ -159,27 +166,34 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     running = torch.ones(r, dtype=torch.bool, device=device)
     tokens, logprobs = [], []
+    # plain temperature sampling on the fused path: one kernel per step draws (same uniforms as sample_categorical)
+    fused_sampling = fused is not None and temperature > 0 and not top_k and top_p >= 1.0
     for step in range(max_new_tokens):
-        scores = logits.float()  # (R, V)
-        if warpers is None:
-            token = scores.argmax(-1)
+        if fused_sampling:
+            token, lp = fused.sample_tokens(logits, temperature)
         else:
-            # the warpers read no token history (temperature/top-k/top-p): an empty (R, 0) one stands in for it
-            probs = torch.softmax(warpers(input_ids.new_empty((r, 0)), scores), dim=-1)
-            token = sample_categorical(probs)
-            if temperature != 1.0:
-                scores = scores / temperature
-        lse = torch.logsumexp(scores, -1)
-        lp = scores.gather(-1, token.unsqueeze(-1)).squeeze(-1) - lse  # (R,)
+            scores = logits.float()  # (R, V)
+            if warpers is None:
+                token = scores.argmax(-1)
+            else:
+                # the warpers read no token history (temperature/top-k/top-p): an empty (R, 0) one stands in for it
+                probs = torch.softmax(warpers(input_ids.new_empty((r, 0)), scores), dim=-1)
+                token = sample_categorical(probs)
+                if temperature != 1.0:
+                    scores = scores / temperature
+            lse = torch.logsumexp(scores, -1)
+            lp = scores.gather(-1, token.unsqueeze(-1)).squeeze(-1) - lse  # (R,)
         token = torch.where(running, token, pad_id)
         tokens.append(token)
         logprobs.append(lp)
         running &= ~torch.isin(token, eos)
         if step + 1 == max_new_tokens or _all_finished(running, synced):
             break
-        out = model(input_ids=token.unsqueeze(1), attention_mask=mask[:, :p + step + 1], position_ids=next_pos,
-                    past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1]
+        if fused is not None:
+            logits = fused.step(state, token, next_pos.squeeze(1))
+        else:
+            logits = model(input_ids=token.unsqueeze(1), attention_mask=mask[:, :p + step + 1], position_ids=next_pos,
+                           past_key_values=cache, use_cache=True).logits[:, -1]
         next_pos = next_pos + 1
     return torch.stack(tokens, 1), torch.stack(logprobs, 1)
 

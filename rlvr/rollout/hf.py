@@ -12,7 +12,8 @@ engine shares the policy's parameters under one autocast context instead, and we
 Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
 attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
 an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
-for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2). Each prompt is prefilled
+for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) and, for Llama-style models,
+each decode step through fused kernels (:mod:`rlvr.rollout.fused_decode`). Each prompt is prefilled
 once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
 recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
 rollout's compute).
@@ -28,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 from rlvr.attention import use_grouped_query_attention
 from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder
 from rlvr.rollout.packed_linear import pack_linears, packing_supported, repack
 
 
@@ -66,6 +68,8 @@ class HFRolloutEngine:
                              f"parameters; got autocast_dtype={autocast_dtype}, partitioned={partitioned}")
         self.generation_model: torch.nn.Module = (_low_precision_copy(model, autocast_dtype) if generation_copy
                                                   else model)
+        # a bf16 copy on a CPU with native bf16: decode steps through fused kernels (rlvr.rollout.fused_decode)
+        self.fused: FusedDecoder | None = build_fused_decoder(self.generation_model) if generation_copy else None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when
@@ -81,6 +85,8 @@ class HFRolloutEngine:
             for name, dst in self.generation_model.named_parameters():
                 dst.copy_(src[name])
         repack(self.generation_model)
+        if self.fused is not None:
+            self.fused.refresh()
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], n: int,
@@ -123,7 +129,7 @@ class HFRolloutEngine:
             new_tokens, logprobs = decode.sample(
                 model, input_ids.to(device), attention_mask.to(device), n, max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=self.eos_ids,
-                pad_id=self.pad_id, synced=self.synced)
+                pad_id=self.pad_id, synced=self.synced, fused=self.fused)
         eos = set(self.eos_ids)
         completions = []
         for row, lp in zip(new_tokens.cpu().tolist(), logprobs.cpu().tolist(), strict=True):
