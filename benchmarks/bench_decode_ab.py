@@ -3,8 +3,10 @@
 
     python benchmarks/bench_decode_ab.py --prompts 2 --n 8 --max-new-tokens 128 --reps 4 --threads 1
 
-``decode_gqa`` is the engine's path (on a CPU with native bf16, linear layers over prepacked weights:
-:mod:`rlvr.rollout.packed_linear`); ``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights;
+``decode_fused`` is the engine's path for Llama-style models on a CPU with native bf16 and AVX-512 (each decode step
+through :mod:`rlvr.rollout.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
+(linear layers over prepacked weights: :mod:`rlvr.rollout.packed_linear`), the engine's path elsewhere;
+``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights;
 ``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. All
 variants run on bf16 generation copies of the embedded SmolLM2-135M, with the same prompts and seed per repetition;
 eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed: per variant
@@ -24,8 +26,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
 from rlvr.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
+from rlvr.rollout.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 from rlvr.rollout.packed_linear import PackedLinear  # noqa: E402
 
@@ -67,7 +72,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--variants", default="generate,decode_sdpa,decode_gqa_unpacked,decode_gqa")
+    ap.add_argument("--variants", default="generate,decode_sdpa,decode_gqa_unpacked,decode_gqa,decode_fused")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from rlvr.config import resolve
@@ -83,6 +88,10 @@ def main() -> None:
     gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
     gen_gqa = _low_precision_copy(model, torch.bfloat16)  # packed linears where the CPU has native bf16
     use_grouped_query_attention(gen_gqa)
+    gen_fused = _low_precision_copy(model, torch.bfloat16)
+    fused = build_fused_decoder(gen_fused) if "decode_fused" in args.variants else None
+    if "decode_fused" in args.variants and fused is None:
+        raise SystemExit(f"decode_fused: not available here ({fused_decode_supported(gen_fused)[1] or 'kernels'})")
     gen_unpacked = _low_precision_copy(model, torch.bfloat16)
     for module in gen_unpacked.modules():  # back to F.linear on the plain bf16 weights
         if isinstance(module, PackedLinear):
@@ -103,6 +112,9 @@ def main() -> None:
         "decode_gqa": lambda: decode.sample(gen_gqa, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
                                             temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
                                             pad_id=tok.pad_token_id),
+        "decode_fused": lambda: decode.sample(gen_fused, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
+                                              temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
+                                              pad_id=tok.pad_token_id, fused=fused),
     }
     names = args.variants.split(",")
     per_step: dict[str, list[float]] = {k: [] for k in names}
@@ -130,8 +142,12 @@ def main() -> None:
             for name in names[1:]:
                 t = min(ref.shape[1], toks[name].shape[1])
                 same.append(bool((ref[:, :t] == toks[name][:, :t]).all()))
+    # the bandwidth floor of a decode step: every weight read once (bf16), at the read rate of this process
+    floor_s = sum(p.numel() for p in model.parameters()) * 2 / read_bandwidth_bytes_per_s()
+    print(f"weight-read floor {floor_s * 1000:.1f} ms/decode step ({args.threads} threads)")
     for name in names:
-        print(f"{name}: median {statistics.median(per_step[name]) * 1000:.1f} ms/decode step, "
+        print(f"{name}: median {statistics.median(per_step[name]) * 1000:.1f} ms/decode step "
+              f"({statistics.median(per_step[name]) / floor_s:.1f}x the floor), "
               f"{statistics.median(per_run[name]):.2f} s/rollout ({args.prompts} x {args.n} x <= "
               f"{args.max_new_tokens})")
     print(f"load 1-min median {statistics.median(loads):.1f}; identical tokens across variants: {same}")
