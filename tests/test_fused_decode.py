@@ -12,9 +12,9 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from rlvr.precision import cpu_native_bf16
 from rlvr.rollout import decode
-from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported
+from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported, pack_amx
 from rlvr.rollout.hf import _low_precision_copy
-from rlvr.rollout.kernels import decode_kernels, kernels_supported
+from rlvr.rollout.kernels import amx_supported, decode_kernels, kernels_supported
 from tests.tiny import build_tiny_model
 
 pytestmark = pytest.mark.skipif(not kernels_supported()[0] or not cpu_native_bf16()[0],
@@ -52,45 +52,58 @@ def test_add_rms_norm_is_transformers_residual_add_and_rmsnorm(kernels, dim):
 
 
 @pytest.mark.parametrize("head_dim", [64, 8])  # the vector path (halves of 16 lanes) and the scalar one
-def test_rope_and_cache_rotates_like_transformers_and_fills_the_cache(kernels, head_dim):
+def test_rope_rotates_queries_and_keys_like_transformers_and_copies_values(kernels, head_dim):
     torch.manual_seed(1)
-    rows, heads, kv_heads, capacity, column = 3, 4, 2, 32, 17
+    rows, heads, kv_heads = 3, 4, 2
     qkv = torch.randn(rows, (heads + 2 * kv_heads) * head_dim).to(BF16)
     angles = torch.rand(40, head_dim // 2) * 6.0
     cos = torch.cat([angles.cos(), angles.cos()], -1).to(BF16)  # the (positions, d) tables transformers builds
     sin = torch.cat([angles.sin(), angles.sin()], -1).to(BF16)
     positions = torch.tensor([5, 39, 0])
-    keys_t = torch.zeros(rows, kv_heads, capacity // 16, head_dim, 16, dtype=BF16)
-    values = torch.zeros(rows, kv_heads, capacity, head_dim, dtype=BF16)
-    queries = kernels.rope_and_cache(qkv, cos, sin, positions, keys_t, values, column, heads)
+    out = kernels.rope(qkv, cos, sin, positions, heads, kv_heads)
     q, k, v = qkv.view(rows, heads + 2 * kv_heads, head_dim).split([heads, kv_heads, kv_heads], 1)
     expected_q, expected_k = apply_rotary_pos_emb(q.unsqueeze(2), k.unsqueeze(2), cos[positions].unsqueeze(1),
                                                   sin[positions].unsqueeze(1))
-    assert torch.equal(queries, expected_q.squeeze(2))  # the same bf16 roundings in the same order
-    cached_keys = keys_t.transpose(2, 3).reshape(rows, kv_heads, head_dim, capacity)[..., column]
-    assert torch.equal(cached_keys, expected_k.squeeze(2))
-    assert torch.equal(values[:, :, column], v)
-    assert keys_t.count_nonzero() == expected_k.count_nonzero()  # nothing but that one column was written
-    assert values.count_nonzero() == v.count_nonzero()
+    assert out.shape == (rows, heads + 2 * kv_heads, head_dim)
+    assert torch.equal(out[:, :heads], expected_q.squeeze(2))  # the same bf16 roundings in the same order
+    assert torch.equal(out[:, heads:heads + kv_heads], expected_k.squeeze(2))
+    assert torch.equal(out[:, heads + kv_heads:], v)
 
 
-@pytest.mark.parametrize("groups,head_dim,length", [(3, 64, 37), (2, 8, 16), (1, 16, 5)])
-def test_decode_attention_is_grouped_sdpa_over_the_cache_with_left_padding(kernels, groups, head_dim, length):
+def _blocked(keys: torch.Tensor) -> torch.Tensor:  # (N, H_kv, C, d) -> (N, H_kv, C / 16, d, 16)
+    n, h, c, d = keys.shape
+    return keys.view(n, h, c // 16, 16, d).transpose(3, 4).contiguous()
+
+
+@pytest.mark.parametrize("groups,head_dim,column", [(3, 64, 20), (2, 8, 0), (1, 16, 15)])
+def test_decode_attention_writes_the_new_token_and_is_grouped_sdpa_over_prompt_and_own_positions(
+        kernels, groups, head_dim, column):
     torch.manual_seed(2)
-    rows, kv_heads, capacity = 4, 2, 48
-    queries = torch.randn(rows, kv_heads * groups, head_dim).to(BF16)
-    keys = torch.randn(rows, kv_heads, capacity, head_dim).to(BF16)
-    values = torch.randn(rows, kv_heads, capacity, head_dim).to(BF16)
-    keys_t = keys.transpose(2, 3).reshape(rows, kv_heads, head_dim, capacity // 16, 16).transpose(2, 3).contiguous()
-    bias = torch.zeros(rows, capacity)
-    bias[0, :3] = float("-inf")  # left padding on two rows
-    bias[2, :1] = float("-inf")
-    out = kernels.decode_attention(queries, keys_t, values, bias, length, head_dim ** -0.5)
-    mask = torch.isfinite(bias[:, :length]).view(rows, 1, 1, length)
-    expected = F.scaled_dot_product_attention(
-        queries.float().unsqueeze(2), keys[:, :, :length].float().repeat_interleave(groups, 1),
-        values[:, :, :length].float().repeat_interleave(groups, 1), attn_mask=mask)  # fp32 reference
-    assert out.shape == (rows, kv_heads * groups * head_dim)
+    prompts, repeats, kv_heads, prompt_len, own_len = 2, 3, 2, 32, 32
+    rows, heads = prompts * repeats, kv_heads * groups
+    prompt_keys = torch.randn(prompts, kv_heads, prompt_len, head_dim).to(BF16)
+    prompt_values = torch.randn(prompts, kv_heads, prompt_len, head_dim).to(BF16)
+    prompt_bias = torch.zeros(prompts, prompt_len)
+    prompt_bias[0, :3] = float("-inf")  # left padding of prompt 0
+    prompt_bias[:, 29:] = float("-inf")  # the round-up to 16 positions
+    own_keys = torch.randn(rows, kv_heads, own_len, head_dim).to(BF16)
+    own_values = torch.randn(rows, kv_heads, own_len, head_dim).to(BF16)
+    own_keys_t, own_values_buf = _blocked(own_keys), own_values.clone()
+    qkv_rot = torch.randn(rows, heads + 2 * kv_heads, head_dim).to(BF16)
+    out = kernels.decode_attention(qkv_rot, _blocked(prompt_keys), prompt_values, prompt_bias, own_keys_t,
+                                   own_values_buf, torch.zeros(rows, own_len), column, head_dim ** -0.5)
+    new_k, new_v = qkv_rot[:, heads:heads + kv_heads], qkv_rot[:, heads + kv_heads:]
+    own_keys[:, :, column], own_values[:, :, column] = new_k, new_v  # what the kernel writes first
+    assert torch.equal(own_keys_t, _blocked(own_keys)) and torch.equal(own_values_buf, own_values)
+    # the fp32 reference: each row's prompt (repeated) then its own first column + 1 positions
+    keys = torch.cat([prompt_keys.repeat_interleave(repeats, 0), own_keys[:, :, :column + 1]], 2).float()
+    values = torch.cat([prompt_values.repeat_interleave(repeats, 0), own_values[:, :, :column + 1]], 2).float()
+    mask = torch.cat([torch.isfinite(prompt_bias).repeat_interleave(repeats, 0),
+                      torch.ones(rows, column + 1, dtype=torch.bool)], 1).view(rows, 1, 1, -1)
+    expected = F.scaled_dot_product_attention(qkv_rot[:, :heads].float().unsqueeze(2),
+                                              keys.repeat_interleave(groups, 1), values.repeat_interleave(groups, 1),
+                                              attn_mask=mask)
+    assert out.shape == (rows, heads * head_dim)
     torch.testing.assert_close(out.float(), expected.reshape(rows, -1), atol=8e-3, rtol=8e-3)  # bf16 output
 
 
@@ -119,17 +132,50 @@ def test_sample_tokens_draws_what_sample_categorical_draws_for_the_same_uniforms
     torch.testing.assert_close(logprobs, expected_lp, atol=2e-5, rtol=0)
 
 
+@pytest.mark.skipif(not amx_supported(), reason="needs AMX tiles")
+@pytest.mark.parametrize("rows,out_features,bias", [(16, 960, False), (5, 80, True), (20, 64, False), (1, 200, True)])
+def test_amx_linear_is_onednns_bf16_linear(kernels, rows, out_features, bias):
+    torch.manual_seed(8)
+    weight = (torch.randn(out_features, 576) * 0.05).to(BF16)
+    b = torch.randn(out_features).to(BF16) if bias else None
+    x = torch.randn(rows, 576).to(BF16)
+    out = kernels.amx_linear(x, pack_amx(weight), b, out_features)
+    expected = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(weight, 16), b, "none",
+                                                  [], "")
+    assert out.shape == (rows, out_features)
+    if rows == 16 and not bias:
+        assert torch.equal(out, expected)  # oneDNN's AMX kernel: the same tile products in the same order
+    assert _ulps(out, expected).max() <= 1.0  # other row counts and the bias may round once differently
+    torch.testing.assert_close(out.float(), x.float() @ weight.float().T + (b.float() if bias else 0), atol=0.05,
+                               rtol=0.02)
+
+
+def test_pack_amx_layout_and_its_limit():
+    weight = torch.arange(70 * 64, dtype=torch.float32).view(70, 64).to(BF16)
+    packed = pack_amx(weight)
+    assert packed.shape == (2, 2, 4, 16, 32)  # 70 columns -> 2 groups of 64 (zero rows after 70)
+    g, c, t, pair, j, e = 1, 1, 0, 3, 5, 1  # element [g, c, t, p, 2 j + e] = weight[64 g + 16 t + j, 32 c + 2 p + e]
+    assert packed[g, c, t, pair, 2 * j + e] == weight[64 * g + 16 * t + j, 32 * c + 2 * pair + e]
+    assert packed[1, :, 0, :, 12:].abs().sum() == 0  # row 64 + 6 = 70 and beyond: padding
+    with pytest.raises(ValueError, match="multiples of 32, got 40"):
+        pack_amx(torch.zeros(16, 40, dtype=BF16))
+
+
 def test_kernels_name_bad_input(kernels):
     with pytest.raises(RuntimeError, match="hidden: expected a contiguous 2-d bf16"):
         kernels.add_rms_norm(torch.zeros(2, 8), None, torch.zeros(8, dtype=BF16), 1e-5)
-    with pytest.raises(RuntimeError, match="column 40 outside the cache capacity 32"):
-        kernels.rope_and_cache(torch.zeros(1, 4 * 8, dtype=BF16), torch.zeros(4, 8, dtype=BF16),
-                               torch.zeros(4, 8, dtype=BF16), torch.zeros(1, dtype=torch.long),
-                               torch.zeros(1, 1, 2, 8, 16, dtype=BF16), torch.zeros(1, 1, 32, 8, dtype=BF16), 40, 2)
     with pytest.raises(RuntimeError, match="position 9 outside the RoPE table of 4"):
-        kernels.rope_and_cache(torch.zeros(1, 4 * 8, dtype=BF16), torch.zeros(4, 8, dtype=BF16),
-                               torch.zeros(4, 8, dtype=BF16), torch.tensor([9]),
-                               torch.zeros(1, 1, 2, 8, 16, dtype=BF16), torch.zeros(1, 1, 32, 8, dtype=BF16), 3, 2)
+        kernels.rope(torch.zeros(1, 4 * 8, dtype=BF16), torch.zeros(4, 8, dtype=BF16), torch.zeros(4, 8, dtype=BF16),
+                     torch.tensor([9]), 2, 1)
+    cache = dict(prompt_keys_t=torch.zeros(1, 1, 1, 8, 16, dtype=BF16), prompt_values=torch.zeros(1, 1, 16, 8,
+                                                                                                    dtype=BF16),
+                 prompt_bias=torch.zeros(1, 16), own_keys_t=torch.zeros(2, 1, 2, 8, 16, dtype=BF16),
+                 own_values=torch.zeros(2, 1, 32, 8, dtype=BF16), own_bias=torch.zeros(2, 32))
+    with pytest.raises(RuntimeError, match="column 32 outside the cache capacity 32"):
+        kernels.decode_attention(torch.zeros(2, 4, 8, dtype=BF16), column=32, scale=1.0, **cache)
+    with pytest.raises(RuntimeError, match="own bias: expected a contiguous \\(2, 32\\) fp32 tensor"):
+        kernels.decode_attention(torch.zeros(2, 4, 8, dtype=BF16), column=0, scale=1.0,
+                                 **{**cache, "own_bias": torch.zeros(2, 31)})
     with pytest.raises(RuntimeError, match="temperature must be > 0"):
         kernels.sample_tokens(torch.zeros(1, 8, dtype=BF16), 0.0, torch.zeros(1, dtype=torch.float64))
 
@@ -155,11 +201,15 @@ def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     return float((p.exp() * (p - q_logits.float().log_softmax(-1))).sum(-1).mean())
 
 
+@pytest.mark.parametrize("amx", [True, False])  # the AMX GEMM kernel, or oneDNN's
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # d = 64 (vector paths); d = 8 with q/k/v biases
-def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tmp_path, kernels, family):
+def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tmp_path, kernels, family, amx):
+    if amx and not amx_supported():
+        pytest.skip("needs AMX tiles")
     model = _llama(tmp_path) if family == "llama" else _qwen2(tmp_path)
     hf_bf16 = _low_precision_copy(model, BF16)
-    fused = FusedDecoder(_low_precision_copy(model, BF16), kernels)
+    fused = FusedDecoder(_low_precision_copy(model, BF16), kernels, amx=amx)
+    assert fused.layers[0].qkv.amx == amx and fused.lm_head.amx == amx
     ids = torch.tensor([[0, 0, 5, 9, 11, 3], [4, 8, 15, 16, 23, 7]])  # row 0 left-padded
     mask = (torch.arange(6) >= torch.tensor([[2], [0]])).long()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -190,7 +240,7 @@ def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tm
             positions = positions + 1
     # bf16 noise either way: the fused step is no further from fp32 than transformers' bf16 forward (x2 margin)
     assert max(kl_fused) < 2 * max(kl_hf) + 1e-5, (kl_fused, kl_hf)
-    assert state.length == 6 + steps
+    assert state.length == steps
 
 
 def test_refresh_follows_a_weight_change(tmp_path, kernels):

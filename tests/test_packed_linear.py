@@ -91,9 +91,9 @@ def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeyp
 
 @pytest.mark.skipif(not kernels_supported()[0] or not packing_supported_here(),
                     reason="needs a CPU with native bf16 and AVX-512 (the fused decode kernels)")
-def test_with_the_fused_decode_step_only_the_unfused_projections_stay_packed(tmp_path):
-    """q/k/v and gate/up are read from the fused decoder's concatenated packs; their own packs would be a second
-    copy, so they go back to plain linears (the prefill's); o, down and the LM head stay packed."""
+def test_with_the_fused_decode_step_the_model_keeps_plain_linears(tmp_path):
+    """The fused decoder packs its own copies of every decode GEMM; the model's packed copies would be a second one,
+    so its linears go back to F.linear on the plain weights (only the prefill calls them)."""
     from transformers import AutoModelForCausalLM
 
     from rlvr.rollout.hf import HFRolloutEngine
@@ -102,9 +102,4 @@ def test_with_the_fused_decode_step_only_the_unfused_projections_stay_packed(tmp
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
     engine = HFRolloutEngine(model, build_tokenizer(), [0], autocast_dtype=torch.bfloat16)
     assert engine.fused is not None
-    packed = {name.rsplit(".", 1)[-1] for name, m in engine.generation_model.named_modules()
-              if isinstance(m, PackedLinear)}
-    plain = {name.rsplit(".", 1)[-1] for name, m in engine.generation_model.named_modules()
-             if type(m) is torch.nn.Linear}
-    assert packed == {"o_proj", "down_proj", "lm_head"}
-    assert plain == {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
+    assert {type(m) for m in engine.generation_model.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 
@@ -113,32 +115,22 @@ torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> de
   return out;
 }
 
-// qkv (R, (H + 2 Hk) d) bf16: one row's queries, keys, values side by side (the fused projection's output).
-// Applies RoPE to queries and keys as transformers' apply_rotary_pos_emb does in bf16 (q * cos and
-// rotate_half(q) * sin each rounded, then their sum), writes the rotated keys to column `column` of
-// keys_t (R, Hk, C / 16, d, 16) (keys transposed in blocks of 16 positions: dimension i of 16 consecutive positions
-// side by side, one 2 KB block per 16 positions at d = 64) and the values to row `column` of
-// values (R, Hk, C, d). cos, sin: (P, d) bf16 tables; positions (R,) int64 rows of them. Returns the queries
-// (R, H, d) bf16.
-torch::Tensor rope_and_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor positions,
-                             torch::Tensor keys_t, torch::Tensor values, int64_t column, int64_t heads) {
+// qkv (R, (H + 2 Hk) d) bf16: one row's queries, keys, values side by side (the fused projection's output) ->
+// (R, H + 2 Hk, d) bf16, queries and keys rotated as transformers' apply_rotary_pos_emb does in bf16 (q * cos and
+// rotate_half(q) * sin each rounded, then their sum), values copied. cos, sin: (P, d) bf16 tables; positions (R,)
+// int64 rows of them.
+torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor positions, int64_t heads,
+                   int64_t kv_heads) {
   check_bf16(qkv, "qkv", 2);
   check_bf16(cos, "cos", 2);
   check_bf16(sin, "sin", 2);
-  check_bf16(keys_t, "keys_t", 5);
-  check_bf16(values, "values", 4);
   TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous() && positions.dim() == 1,
               "positions: expected a contiguous 1-d int64 tensor");
-  TORCH_CHECK(keys_t.size(4) == 16, "keys_t: expected blocks of 16 positions, got ", keys_t.sizes());
-  const int64_t rows = qkv.size(0), kv_heads = keys_t.size(1), head_dim = keys_t.size(3),
-                capacity = keys_t.size(2) * 16;
-  TORCH_CHECK(qkv.size(1) == (heads + 2 * kv_heads) * head_dim, "qkv: expected ", (heads + 2 * kv_heads) * head_dim,
-              " columns, got ", qkv.size(1));
-  TORCH_CHECK(keys_t.size(0) == rows && positions.size(0) == rows, "keys_t, positions: expected ", rows, " rows");
-  TORCH_CHECK(values.size(0) == rows && values.size(1) == kv_heads && values.size(2) == capacity &&
-                  values.size(3) == head_dim, "values: expected shape (", rows, ", ", kv_heads, ", ", capacity, ", ",
-              head_dim, "), got ", values.sizes());
-  TORCH_CHECK(column >= 0 && column < capacity, "column ", column, " outside the cache capacity ", capacity);
+  const int64_t rows = qkv.size(0), all_heads = heads + 2 * kv_heads;
+  TORCH_CHECK(heads > 0 && kv_heads > 0 && qkv.size(1) % all_heads == 0, "qkv: ", qkv.size(1),
+              " columns are not (", heads, " + 2 x ", kv_heads, ") heads");
+  const int64_t head_dim = qkv.size(1) / all_heads, half = head_dim / 2;
+  TORCH_CHECK(positions.size(0) == rows, "positions: expected ", rows, " entries, got ", positions.size(0));
   TORCH_CHECK(cos.sizes() == sin.sizes() && cos.size(1) == head_dim, "cos, sin: expected (positions, ", head_dim,
               ") tables");
   TORCH_CHECK(head_dim % 2 == 0, "head size must be even, got ", head_dim);
@@ -146,73 +138,97 @@ torch::Tensor rope_and_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor
   for (int64_t r = 0; r < rows; ++r)
     TORCH_CHECK(pos_ptr[r] >= 0 && pos_ptr[r] < cos.size(0), "position ", pos_ptr[r], " outside the RoPE table of ",
                 cos.size(0));
-  auto queries = torch::empty({rows, heads, head_dim}, qkv.options());
-  const int64_t half = head_dim / 2, width = qkv.size(1);
+  auto out = torch::empty({rows, all_heads, head_dim}, qkv.options());
   const uint16_t* qkv_ptr = raw(qkv);
   const uint16_t* cos_ptr = raw(cos);
   const uint16_t* sin_ptr = raw(sin);
-  uint16_t* q_out = raw_mut(queries);
-  uint16_t* k_ptr = raw_mut(keys_t);
-  uint16_t* v_ptr = raw_mut(values);
+  uint16_t* o_ptr = raw_mut(out);
   const auto f32 = [](uint16_t bits) { return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits())); };
   const auto to_bits = [](float v) { return c10::BFloat16(v).x; };
   const auto round_f = [&](float v) { return f32(to_bits(v)); };
   const bool vector_halves = half % 16 == 0;
   // one head: x (d) -> out (d), bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)), rotate_half(x) = (-x2, x1)
-  auto rotate = [&](const uint16_t* x, const uint16_t* c, const uint16_t* s, uint16_t* out) {
+  auto rotate = [&](const uint16_t* x, const uint16_t* c, const uint16_t* s, uint16_t* o) {
     if (vector_halves) {
       for (int64_t i = 0; i < head_dim; i += 16) {
         const __m512 xv = load16(x + i);
         const __m512 partner = i < half ? _mm512_sub_ps(_mm512_setzero_ps(), load16(x + i + half)) : load16(x + i - half);
-        store16(out + i, _mm512_add_ps(round16(_mm512_mul_ps(xv, load16(c + i))),
-                                       round16(_mm512_mul_ps(partner, load16(s + i)))));
+        store16(o + i, _mm512_add_ps(round16(_mm512_mul_ps(xv, load16(c + i))),
+                                     round16(_mm512_mul_ps(partner, load16(s + i)))));
       }
       return;
     }
     for (int64_t i = 0; i < head_dim; ++i) {
       const float rotated = i < half ? -f32(x[i + half]) : f32(x[i - half]);
-      out[i] = to_bits(round_f(f32(x[i]) * f32(c[i])) + round_f(rotated * f32(s[i])));
+      o[i] = to_bits(round_f(f32(x[i]) * f32(c[i])) + round_f(rotated * f32(s[i])));
     }
   };
-  std::vector<uint16_t> rotated_key(head_dim);
   for (int64_t r = 0; r < rows; ++r) {  // (H + 2 Hk) d values a row: too little to split over threads
-    const uint16_t* row = qkv_ptr + r * width;
+    const uint16_t* row = qkv_ptr + r * all_heads * head_dim;
+    uint16_t* o = o_ptr + r * all_heads * head_dim;
     const uint16_t* c = cos_ptr + pos_ptr[r] * head_dim;
     const uint16_t* s = sin_ptr + pos_ptr[r] * head_dim;
-    for (int64_t h = 0; h < heads; ++h) rotate(row + h * head_dim, c, s, q_out + (r * heads + h) * head_dim);
-    for (int64_t h = 0; h < kv_heads; ++h) {
-      rotate(row + (heads + h) * head_dim, c, s, rotated_key.data());
-      uint16_t* key_column = k_ptr + ((r * kv_heads + h) * capacity + column / 16 * 16) * head_dim + column % 16;
-      for (int64_t i = 0; i < head_dim; ++i) key_column[i * 16] = rotated_key[i];
-      std::memcpy(v_ptr + ((r * kv_heads + h) * capacity + column) * head_dim,
-                  row + (heads + kv_heads + h) * head_dim, head_dim * sizeof(uint16_t));
-    }
+    for (int64_t h = 0; h < heads + kv_heads; ++h) rotate(row + h * head_dim, c, s, o + h * head_dim);
+    std::memcpy(o + (heads + kv_heads) * head_dim, row + (heads + kv_heads) * head_dim,
+                kv_heads * head_dim * sizeof(uint16_t));
   }
-  return queries;
+  return out;
 }
 
-// One (row, KV head) of decode_attention for G query heads (a compile-time G keeps the accumulators in registers).
+// A KV cache segment of one (row or prompt, KV head): keys transposed in blocks of 16 positions (C / 16, d, 16),
+// values (C, d), `length` positions filled, bias (C) fp32 added to the scaled scores (0, or -inf = never attended).
+struct Segment {
+  const uint16_t* keys_t;
+  const uint16_t* values;
+  const float* bias;
+  int64_t length;
+};
+
+// Scaled scores of G queries (q_scaled (d, G) fp32) over a segment's positions -> scores (G, stride) from column 0.
 template <int G>
-void attend(const uint16_t* q, const uint16_t* kt, const uint16_t* v, const float* bias, int64_t length,
-            int64_t head_dim, float scale, float* scores, float* q_scaled, uint16_t* out) {
-  // the queries in fp32, pre-scaled, laid out (d, G): dimension i of every query head side by side
-  for (int g = 0; g < G; ++g)
-    for (int64_t i = 0; i < head_dim; ++i)
-      q_scaled[i * G + g] = static_cast<float>(c10::BFloat16(q[g * head_dim + i], c10::BFloat16::from_bits())) * scale;
-  // scores (G, L): a block of 16 positions at a time, summing over the head dimension (a row of 16 per dimension)
-  for (int64_t j = 0; j < length; j += 16) {
-    const __mmask16 m = tail_mask(length - j);
-    const uint16_t* block = kt + j * head_dim;
+void segment_scores(const Segment& seg, const float* q_scaled, int64_t head_dim, float* scores, int64_t stride) {
+  for (int64_t j = 0; j < seg.length; j += 16) {  // a block of 16 positions: a row of 16 per dimension
+    const __mmask16 m = tail_mask(seg.length - j);
+    const uint16_t* block = seg.keys_t + j * head_dim;
     __m512 acc[G];
     for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
     for (int64_t i = 0; i < head_dim; ++i) {
       const __m512 k = load16(block + i * 16, m);
       for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(q_scaled[i * G + g]), k, acc[g]);
     }
-    const __m512 b = _mm512_maskz_loadu_ps(m, bias + j);
-    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(scores + g * length + j, m, _mm512_add_ps(acc[g], b));
+    const __m512 b = _mm512_maskz_loadu_ps(m, seg.bias + j);
+    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(scores + g * stride + j, m, _mm512_add_ps(acc[g], b));
   }
-  // softmax over the L positions of each query head; masked positions (bias -inf) get exactly 0
+}
+
+// out (G, d) fp32 accumulators += probabilities (G, stride, from column 0) @ the segment's values.
+template <int G>
+void segment_values(const Segment& seg, const float* probs, int64_t stride, int64_t head_dim, float* acc_out) {
+  for (int64_t c = 0; c < head_dim; c += 16) {
+    const __mmask16 m = tail_mask(head_dim - c);
+    __m512 acc[G];
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_maskz_loadu_ps(m, acc_out + g * head_dim + c);
+    for (int64_t j = 0; j < seg.length; ++j) {
+      if (seg.bias[j] == -std::numeric_limits<float>::infinity()) continue;
+      const __m512 x = load16(seg.values + j * head_dim + c, m);
+      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(probs[g * stride + j]), x, acc[g]);
+    }
+    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(acc_out + g * head_dim + c, m, acc[g]);
+  }
+}
+
+// One (row, KV head) of decode_attention for G query heads over the prompt's segment then the row's own (a
+// compile-time G keeps the accumulators in registers). scores: G x (prompt + own) floats, q_scaled G x d, acc G x d.
+template <int G>
+void attend(const uint16_t* q, const Segment& prompt, const Segment& own, int64_t head_dim, float scale,
+            float* scores, float* q_scaled, float* acc, uint16_t* out) {
+  for (int g = 0; g < G; ++g)  // the queries in fp32, pre-scaled, laid out (d, G)
+    for (int64_t i = 0; i < head_dim; ++i)
+      q_scaled[i * G + g] = static_cast<float>(c10::BFloat16(q[g * head_dim + i], c10::BFloat16::from_bits())) * scale;
+  const int64_t length = prompt.length + own.length;
+  segment_scores<G>(prompt, q_scaled, head_dim, scores, length);
+  segment_scores<G>(own, q_scaled, head_dim, scores + prompt.length, length);
+  // softmax over all positions of each query head; masked positions (bias -inf) get exactly 0
   for (int g = 0; g < G; ++g) {
     float* s = scores + g * length;
     __m512 top = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -235,22 +251,14 @@ void attend(const uint16_t* q, const uint16_t* kt, const uint16_t* v, const floa
       _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
     }
   }
-  // out (G, d) = probabilities (G, L) @ values (L, d), 16 dimensions at a time
-  for (int64_t c = 0; c < head_dim; c += 16) {
-    const __mmask16 m = tail_mask(head_dim - c);
-    __m512 acc[G];
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < length; ++j) {
-      if (bias[j] == -std::numeric_limits<float>::infinity()) continue;
-      const __m512 x = load16(v + j * head_dim + c, m);
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(scores[g * length + j]), x, acc[g]);
-    }
-    for (int g = 0; g < G; ++g) store16(out + g * head_dim + c, acc[g], m);
-  }
+  std::fill(acc, acc + G * head_dim, 0.0f);
+  segment_values<G>(prompt, scores, length, head_dim, acc);
+  segment_values<G>(own, scores + prompt.length, length, head_dim, acc);
+  for (int64_t i = 0; i < G * head_dim; i += 16) store16(out + i, _mm512_loadu_ps(acc + i), tail_mask(G * head_dim - i));
 }
 
-using AttendFn = void (*)(const uint16_t*, const uint16_t*, const uint16_t*, const float*, int64_t, int64_t, float,
-                          float*, float*, uint16_t*);
+using AttendFn = void (*)(const uint16_t*, const Segment&, const Segment&, int64_t, float, float*, float*, float*,
+                          uint16_t*);
 constexpr int MAX_GROUPS = 8;
 AttendFn attend_for(int64_t groups) {
   static const AttendFn table[MAX_GROUPS] = {attend<1>, attend<2>, attend<3>, attend<4>,
@@ -258,43 +266,75 @@ AttendFn attend_for(int64_t groups) {
   return table[groups - 1];
 }
 
-// Attention of one new query token per row over the first `length` cached positions, query head h reading KV head
-// h / G (transformers' grouping); key_bias (R, C) fp32 is added to the scaled scores (0, or -inf for left padding,
-// whose weight is then exactly 0). Scores, softmax and the weighted sum of values in fp32, the output rounded to
-// bf16: (R, H d), the layout o_proj takes.
-torch::Tensor decode_attention(torch::Tensor queries, torch::Tensor keys_t, torch::Tensor values,
-                               torch::Tensor key_bias, int64_t length, double scale) {
-  check_bf16(queries, "queries", 3);
-  check_bf16(keys_t, "keys_t", 5);
-  check_bf16(values, "values", 4);
-  const int64_t rows = queries.size(0), heads = queries.size(1), head_dim = queries.size(2);
-  const int64_t kv_heads = keys_t.size(1), capacity = keys_t.size(2) * 16;
-  TORCH_CHECK(kv_heads > 0 && heads % kv_heads == 0, "query heads ", heads, " not a multiple of KV heads ", kv_heads);
+void check_cache(const torch::Tensor& keys_t, const torch::Tensor& values, const torch::Tensor& bias,
+                 int64_t kv_heads, int64_t head_dim, const char* name) {
+  check_bf16(keys_t, name, 5);
+  check_bf16(values, name, 4);
+  const int64_t n = keys_t.size(0), capacity = keys_t.size(2) * 16;
+  TORCH_CHECK(keys_t.size(1) == kv_heads && keys_t.size(3) == head_dim && keys_t.size(4) == 16, name,
+              " keys: expected (", n, ", ", kv_heads, ", C / 16, ", head_dim, ", 16), got ", keys_t.sizes());
+  TORCH_CHECK(values.size(0) == n && values.size(1) == kv_heads && values.size(2) == capacity &&
+                  values.size(3) == head_dim, name, " values: expected (", n, ", ", kv_heads, ", ", capacity, ", ",
+              head_dim, "), got ", values.sizes());
+  TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.dim() == 2 && bias.size(0) == n &&
+                  bias.size(1) == capacity, name, " bias: expected a contiguous (", n, ", ", capacity, ") fp32 tensor");
+}
+
+// Attention of one new token per row: qkv_rot (R, H + 2 Hk, d) bf16 from rope(). Its keys and values are first
+// written to position `column` of the row's own cache (own_keys_t (R, Hk, T / 16, d, 16), own_values (R, Hk, T, d),
+// own_bias (R, T)); then query head h (reading KV head h / G, transformers' grouping) attends over the prompt
+// cache of the row's prompt (row r reads prompt r / (R / U): prompt_keys_t (U, Hk, P / 16, d, 16), prompt_values
+// (U, Hk, P, d), prompt_bias (U, P), -inf on left padding, all P positions) and the row's first column + 1
+// positions. A group's samples share one copy of their prompt's keys/values, read once per thread from memory.
+// Scores, softmax and the weighted sum of values in fp32, the output rounded to bf16: (R, H d), o_proj's input.
+torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_t, torch::Tensor prompt_values,
+                               torch::Tensor prompt_bias, torch::Tensor own_keys_t, torch::Tensor own_values,
+                               torch::Tensor own_bias, int64_t column, double scale) {
+  check_bf16(qkv_rot, "qkv_rot", 3);
+  const int64_t rows = qkv_rot.size(0), head_dim = qkv_rot.size(2), kv_heads = own_keys_t.size(1);
+  const int64_t heads = qkv_rot.size(1) - 2 * kv_heads;
+  TORCH_CHECK(kv_heads > 0 && heads > 0 && heads % kv_heads == 0, "qkv_rot: ", qkv_rot.size(1),
+              " heads are not H query + 2 x ", kv_heads, " KV heads with H a multiple of ", kv_heads);
   const int64_t groups = heads / kv_heads;
   TORCH_CHECK(groups <= MAX_GROUPS, "at most ", MAX_GROUPS, " query heads per KV head, got ", groups);
-  TORCH_CHECK(keys_t.size(0) == rows && keys_t.size(3) == head_dim && keys_t.size(4) == 16, "keys_t: expected (", rows,
-              ", Hk, C / 16, ", head_dim, ", 16), got ", keys_t.sizes());
-  TORCH_CHECK(values.size(0) == rows && values.size(1) == kv_heads && values.size(2) == capacity &&
-                  values.size(3) == head_dim, "values: expected shape (", rows, ", ", kv_heads, ", ", capacity, ", ",
-              head_dim, "), got ", values.sizes());
-  TORCH_CHECK(key_bias.scalar_type() == at::kFloat && key_bias.is_contiguous() && key_bias.dim() == 2 &&
-                  key_bias.size(0) == rows && key_bias.size(1) == capacity,
-              "key_bias: expected a contiguous (", rows, ", ", capacity, ") fp32 tensor");
-  TORCH_CHECK(length >= 1 && length <= capacity, "length ", length, " outside [1, ", capacity, "]");
-  auto out = torch::empty({rows, heads * head_dim}, queries.options());
-  const uint16_t* q_ptr = raw(queries);
-  const uint16_t* k_ptr = raw(keys_t);
-  const uint16_t* v_ptr = raw(values);
-  const float* b_ptr = key_bias.data_ptr<float>();
+  check_cache(prompt_keys_t, prompt_values, prompt_bias, kv_heads, head_dim, "prompt");
+  check_cache(own_keys_t, own_values, own_bias, kv_heads, head_dim, "own");
+  const int64_t prompts = prompt_keys_t.size(0), prompt_len = prompt_values.size(2);
+  const int64_t own_capacity = own_values.size(2);
+  TORCH_CHECK(own_keys_t.size(0) == rows, "own cache: expected ", rows, " rows, got ", own_keys_t.size(0));
+  TORCH_CHECK(prompts > 0 && rows % prompts == 0, rows, " rows are not a whole number of samples for ", prompts,
+              " prompts");
+  TORCH_CHECK(column >= 0 && column < own_capacity, "column ", column, " outside the cache capacity ", own_capacity);
+  const int64_t repeats = rows / prompts;
+  auto out = torch::empty({rows, heads * head_dim}, qkv_rot.options());
+  const uint16_t* in_ptr = raw(qkv_rot);
+  const uint16_t* pk_ptr = raw(prompt_keys_t);
+  const uint16_t* pv_ptr = raw(prompt_values);
+  const float* pb_ptr = prompt_bias.data_ptr<float>();
+  uint16_t* ok_ptr = raw_mut(own_keys_t);
+  uint16_t* ov_ptr = raw_mut(own_values);
+  const float* ob_ptr = own_bias.data_ptr<float>();
   uint16_t* o_ptr = raw_mut(out);
   const AttendFn fn = attend_for(groups);
+  const int64_t width = (heads + 2 * kv_heads) * head_dim;
+  // tasks row-major: a thread's consecutive tasks share a prompt, whose cache then stays in its caches
   at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(groups * length), q_scaled(groups * head_dim);
+    std::vector<float> scores(groups * (prompt_len + column + 1)), q_scaled(groups * head_dim),
+        acc(groups * head_dim);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t r = task / kv_heads, hk = task % kv_heads;
-      fn(q_ptr + (r * heads + hk * groups) * head_dim, k_ptr + (r * kv_heads + hk) * head_dim * capacity,
-         v_ptr + (r * kv_heads + hk) * capacity * head_dim, b_ptr + r * capacity, length, head_dim,
-         static_cast<float>(scale), scores.data(), q_scaled.data(), o_ptr + r * heads * head_dim + hk * groups * head_dim);
+      const int64_t r = task / kv_heads, hk = task % kv_heads, u = r / repeats;
+      uint16_t* own_k = ok_ptr + (r * kv_heads + hk) * own_capacity * head_dim;
+      uint16_t* own_v = ov_ptr + (r * kv_heads + hk) * own_capacity * head_dim;
+      const uint16_t* new_k = in_ptr + r * width + (heads + hk) * head_dim;
+      const uint16_t* new_v = in_ptr + r * width + (heads + kv_heads + hk) * head_dim;
+      uint16_t* key_column = own_k + column / 16 * 16 * head_dim + column % 16;
+      for (int64_t i = 0; i < head_dim; ++i) key_column[i * 16] = new_k[i];
+      std::memcpy(own_v + column * head_dim, new_v, head_dim * sizeof(uint16_t));
+      const Segment prompt{pk_ptr + (u * kv_heads + hk) * prompt_len * head_dim,
+                           pv_ptr + (u * kv_heads + hk) * prompt_len * head_dim, pb_ptr + u * prompt_len, prompt_len};
+      const Segment own{own_k, own_v, ob_ptr + r * own_capacity, column + 1};
+      fn(in_ptr + r * width + hk * groups * head_dim, prompt, own, head_dim, static_cast<float>(scale), scores.data(),
+         q_scaled.data(), acc.data(), o_ptr + r * heads * head_dim + hk * groups * head_dim);
     }
   });
   return out;
@@ -388,13 +428,121 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
 }
 
 
+
+// ---- GEMM with AMX tiles --------------------------------------------------------------------------------------
+// out (M, N) bf16 = x (M, K) bf16 @ W^T + bias, W packed by rlvr.rollout.fused_decode.pack_amx as
+// (N' / 64, K / 32, 4, 16, 32) bf16, N' = N rounded up to 64: for each group of 64 output columns and chunk of 32
+// inputs, four 16 x 16-column B tiles (16 rows of input pairs), one contiguous 4 KB run, so a thread streams its
+// groups' weights strictly in order. Rows in chunks of 16 (an A tile), four C tiles of fp32 sums. Decoding 16
+// rows, oneDNN's AMX kernel streamed SmolLM2's weights at 7-12 GB/s, this at 14-18 (2 threads): the same tile
+// products in the same order, so the outputs are oneDNN's bit for bit (tested).
+struct TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {0};
+  uint16_t colsb[16] = {0};
+  uint8_t rows[16] = {0};
+};
+
+bool amx_permitted() {  // Linux asks a process to request the AMX tile state once (oneDNN does the same)
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return ok;
+}
+
+void configure_tiles(int rows) {  // tiles 0-3: C (rows x 16 fp32), 4: A (rows x 32 bf16), 5-6: B (16 x 32 bf16)
+  TileConfig cfg;
+  for (int t = 0; t < 5; ++t) {
+    cfg.rows[t] = static_cast<uint8_t>(rows);
+    cfg.colsb[t] = 64;
+  }
+  for (int t = 5; t < 7; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n) {
+  check_bf16(x, "x", 2);
+  check_bf16(w_packed, "w_packed", 5);
+  TORCH_CHECK(amx_permitted(), "this process may not use AMX tiles (arch_prctl refused)");
+  const int64_t rows = x.size(0), k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
+  TORCH_CHECK(w_packed.size(2) == 4 && w_packed.size(3) == 16 && w_packed.size(4) == 32 && chunks * 32 == k,
+              "w_packed: expected (N' / 64, ", k / 32, ", 4, 16, 32) for ", k, " input features, got ",
+              w_packed.sizes());
+  TORCH_CHECK(n > groups * 64 - 64 && n <= groups * 64, "n = ", n, " does not fit ", groups, " groups of 64");
+  const uint16_t* b_ptr = nullptr;
+  if (bias.has_value()) {
+    check_bf16(*bias, "bias", 1);
+    TORCH_CHECK(bias->size(0) == n, "bias: expected ", n, " entries, got ", bias->size(0));
+    b_ptr = raw(*bias);
+  }
+  auto out = torch::empty({rows, n}, x.options());
+  const char* x_ptr = reinterpret_cast<const char*>(raw(x));
+  const char* w_ptr = reinterpret_cast<const char*>(raw(w_packed));
+  uint16_t* o_ptr = raw_mut(out);
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    alignas(64) float sums[16 * 16];
+    int configured = -1;
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+      const int chunk_rows = static_cast<int>(std::min<int64_t>(16, rows - r0));
+      if (chunk_rows != configured) {
+        configure_tiles(chunk_rows);
+        configured = chunk_rows;
+      }
+      const char* a = x_ptr + r0 * k * 2;
+      for (int64_t g = begin; g < end; ++g) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        const char* run = w_ptr + g * chunks * 4096;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const char* b = run + c * 4096;
+          for (int line = 0; line < 4096; line += 64) _mm_prefetch(b + 8192 + line, _MM_HINT_T0);
+          _tile_loadd(4, a + c * 64, k * 2);
+          _tile_loadd(5, b, 64);
+          _tile_dpbf16ps(0, 4, 5);
+          _tile_loadd(6, b + 1024, 64);
+          _tile_dpbf16ps(1, 4, 6);
+          _tile_loadd(5, b + 2048, 64);
+          _tile_dpbf16ps(2, 4, 5);
+          _tile_loadd(6, b + 3072, 64);
+          _tile_dpbf16ps(3, 4, 6);
+        }
+        for (int t = 0; t < 4; ++t) {
+          const int64_t col = g * 64 + t * 16;
+          if (col >= n) break;
+          switch (t) {  // tile numbers must be compile-time constants
+            case 0: _tile_stored(0, sums, 64); break;
+            case 1: _tile_stored(1, sums, 64); break;
+            case 2: _tile_stored(2, sums, 64); break;
+            default: _tile_stored(3, sums, 64); break;
+          }
+          const __mmask16 m = tail_mask(n - col);
+          const __m512 bias_v = b_ptr != nullptr ? load16(b_ptr + col, m) : _mm512_setzero_ps();
+          for (int r = 0; r < chunk_rows; ++r)
+            store16(o_ptr + (r0 + r) * n + col, _mm512_add_ps(_mm512_loadu_ps(sums + r * 16), bias_v), m);
+        }
+      }
+    }
+    _tile_release();
+  });
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &add_rms_norm, "residual add + RMSNorm (bf16)", py::arg("hidden"), py::arg("delta"),
         py::arg("weight"), py::arg("eps"));
-  m.def("rope_and_cache", &rope_and_cache, "RoPE on queries/keys, keys/values written to the cache (bf16)");
-  m.def("decode_attention", &decode_attention, "one-query grouped attention over the cache (bf16)");
+  m.def("rope", &rope, "RoPE on the queries and keys of a fused q/k/v projection (bf16)");
+  m.def("decode_attention", &decode_attention,
+        "one-query grouped attention over a shared prompt cache and each row's own cache (bf16)", py::arg("qkv_rot"),
+        py::arg("prompt_keys_t"), py::arg("prompt_values"), py::arg("prompt_bias"), py::arg("own_keys_t"),
+        py::arg("own_values"), py::arg("own_bias"), py::arg("column"), py::arg("scale"));
   m.def("silu_mul", &silu_mul, "silu(gate) * up (bf16)");
+  m.def("amx_linear", &amx_linear, "x @ W^T + bias over AMX-packed bf16 weights (pack_amx)", py::arg("x"),
+        py::arg("w_packed"), py::arg("bias"), py::arg("n"));
   m.def("sample_tokens", &sample_tokens, "inverse-CDF draws from softmax(logits / T) and their log-probs");
 }

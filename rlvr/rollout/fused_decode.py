@@ -6,14 +6,15 @@ ops: 211 linear layers, 30 SDPA calls and the element-wise rest (RMSNorm alone i
 and the rotary table rebuilt every step), each a few microseconds of dispatch for a few microseconds of work. Here a
 layer is 9 calls:
 
-    add_rms_norm -> qkv GEMM -> rope_and_cache -> decode_attention -> o GEMM
+    add_rms_norm -> qkv GEMM -> rope -> decode_attention (writes the new keys/values first) -> o GEMM
     -> add_rms_norm -> gate/up GEMM -> silu_mul -> down GEMM
 
 The GEMMs run on oneDNN-prepacked bf16 weights (:mod:`rlvr.rollout.packed_linear`), q/k/v and gate/up each
 concatenated into one weight (fewer, larger calls stream the weights faster); the other four are the C++ kernels of
 ``decode_kernels.cpp`` (:mod:`rlvr.rollout.kernels`), which round to bf16 where transformers' bf16 modules round.
 Keys are cached transposed in blocks of 16 positions, (R, H_kv, C / 16, d, 16), so the attention scores of 16
-positions are one vector FMA a dimension.
+positions are one vector FMA a dimension; a group's samples share one copy of their prompt's keys and values (8
+samples of a 50-token prompt: ~40% of the bytes attention reads in a 128-token rollout).
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` models (RMSNorm, RoPE, SwiGLU MLP, full attention; biases on any
 projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.packed_linear.packing_supported` holds and
@@ -29,7 +30,7 @@ import torch
 from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
-from rlvr.rollout.kernels import decode_kernels
+from rlvr.rollout.kernels import amx_supported, decode_kernels
 from rlvr.rollout.packed_linear import PACK_BATCH_HINT, PackedLinear, packing_supported
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -68,79 +69,110 @@ def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
     return True, ""
 
 
+def pack_amx(weight: Tensor) -> Tensor:
+    """(N, K) bf16 -> (N' / 64, K / 32, 4, 16, 32), N' = N rounded up to 64 (zero rows): the B-tile layout of the
+    ``amx_linear`` kernel, element [g, c, t, p, 2 j + e] = weight[64 g + 16 t + j, 32 c + 2 p + e].
+
+    Raises:
+        ValueError: K not a multiple of 32.
+    """
+    n, k = weight.shape
+    if k % 32:
+        raise ValueError(f"AMX packing needs input features in multiples of 32, got {k}")
+    padded = weight.new_zeros((-(-n // 64) * 64, k))
+    padded[:n] = weight
+    return padded.view(-1, 4, 16, k // 32, 16, 2).permute(0, 3, 1, 4, 2, 5).reshape(-1, k // 32, 4, 16, 32)
+
+
+class _Projection:
+    """One GEMM of the decode step: the weights of one or more linears stacked (q/k/v, gate/up) and packed once for
+    the ``amx_linear`` kernel (CPUs with AMX, input features a multiple of 32) or oneDNN; (R, K) -> (R, N) bf16."""
+
+    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, amx: bool) -> None:
+        self.linears, self.kernels = linears, kernels
+        self.out_features = sum(lin.out_features for lin in linears)
+        self.amx = amx and linears[0].in_features % 32 == 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        weight = torch.cat([lin.weight.detach() for lin in self.linears]) if len(self.linears) > 1 \
+            else self.linears[0].weight.detach()
+        self.packed = pack_amx(weight) if self.amx else _pack(weight)
+        self.bias = _concat_bias(*self.linears)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.amx:
+            return self.kernels.amx_linear(x, self.packed, self.bias, self.out_features)
+        return _linear(x, self.packed, self.bias, "none", [], "")
+
+
 @dataclass
 class _Layer:
-    """One decoder layer's fused weights (packed copies) and the views of its norm weights and packed linears."""
+    """One decoder layer: its four GEMMs (packed copies made here) and its norm modules (read in place)."""
 
-    attention: nn.Module
-    mlp: nn.Module
+    qkv: _Projection
+    o: _Projection
+    gate_up: _Projection
+    down: _Projection
     input_norm: nn.Module
     post_norm: nn.Module
-    qkv: Tensor | None = None
-    qkv_bias: Tensor | None = None
-    gate_up: Tensor | None = None
-    gate_up_bias: Tensor | None = None
 
 
 class FusedDecoder:
-    """The decode step of ``model`` through fused kernels (see the module docstring); the model's own parameters
-    are read (norms, embedding; o/down/LM-head through their :class:`PackedLinear` copies), q/k/v and gate/up from
-    concatenated packed copies made here, which :meth:`refresh` rebuilds after the parameters change.
+    """The decode step of ``model`` through fused kernels (see the module docstring). The norms and the embedding
+    are read from the model's parameters; the GEMMs from packed copies made here (q/k/v and gate/up stacked), which
+    :meth:`refresh` rebuilds after the parameters change. The model's own linears go back to ``F.linear`` on the
+    plain weights (their :class:`PackedLinear` copies would be a second packed copy; only the prefill calls them).
 
     Args:
-        model: an HF causal LM for which :func:`fused_decode_supported` holds, its linears packed
-            (:func:`rlvr.rollout.packed_linear.pack_linears`).
+        model: an HF causal LM for which :func:`fused_decode_supported` holds.
         kernels: the compiled kernels (:func:`rlvr.rollout.kernels.decode_kernels`).
+        amx: GEMMs through the ``amx_linear`` kernel (default: where the CPU has AMX), else oneDNN.
     Raises:
-        ValueError: ``model`` unsupported or its linears not packed.
+        ValueError: ``model`` unsupported.
     """
 
-    def __init__(self, model: nn.Module, kernels: ModuleType) -> None:
+    def __init__(self, model: nn.Module, kernels: ModuleType, amx: bool | None = None) -> None:
         ok, reason = fused_decode_supported(model)
         if not ok:
             raise ValueError(f"fused decoding does not support this model: {reason}")
         self.model, self.kernels = model, kernels
+        amx = amx_supported() if amx is None else amx
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim ** -0.5
         self.eps = float(config.rms_norm_eps)
-        decoder = model.model
-        self.layers = [_Layer(layer.self_attn, layer.mlp, layer.input_layernorm, layer.post_attention_layernorm)
-                       for layer in decoder.layers]
-        for module in (*(lyr.attention.o_proj for lyr in self.layers), *(lyr.mlp.down_proj for lyr in self.layers),
-                       model.lm_head):
-            if not isinstance(module, PackedLinear):
-                raise ValueError("fused decoding reads packed linear layers: pack_linears(model) first")
-        # q/k/v and gate/up are read from the concatenated packs made here; their own packs would be a second copy
-        # of those weights, so they go back to F.linear on the plain weights (only the prefill calls them)
-        for layer in self.layers:
-            for module in (layer.attention.q_proj, layer.attention.k_proj, layer.attention.v_proj,
-                           layer.mlp.gate_proj, layer.mlp.up_proj):
-                if isinstance(module, PackedLinear):
-                    module.__class__ = nn.Linear
-                    del module.packed_weight
-        self.refresh()
+        for module in model.modules():
+            if isinstance(module, PackedLinear):
+                module.__class__ = nn.Linear
+                del module.packed_weight
+        self.layers = [
+            _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, amx),
+                   _Projection((lyr.self_attn.o_proj,), kernels, amx),
+                   _Projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, amx),
+                   _Projection((lyr.mlp.down_proj,), kernels, amx), lyr.input_layernorm, lyr.post_attention_layernorm)
+            for lyr in model.model.layers]
+        self.lm_head = _Projection((model.lm_head,), kernels, amx)
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Re-pack the concatenated q/k/v and gate/up weights from the model's parameters (after a weight sync)."""
+        """Re-pack every GEMM's weights from the model's parameters (after a weight sync)."""
         for layer in self.layers:
-            attn, mlp = layer.attention, layer.mlp
-            layer.qkv = _pack(torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
-            layer.qkv_bias = _concat_bias(attn.q_proj, attn.k_proj, attn.v_proj)
-            layer.gate_up = _pack(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
-            layer.gate_up_bias = _concat_bias(mlp.gate_proj, mlp.up_proj)
+            for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                projection.refresh()
+        self.lm_head.refresh()
 
     def start(self, prefilled: Cache, prompt_mask: Tensor, repeats: int, capacity: int) -> DecodeState:
-        """The cache of a decode from a prefill over U prompts, repeated for ``repeats`` samples each.
+        """The cache of a decode from a prefill over U prompts, repeated for ``repeats`` samples each: the prompts'
+        keys/values once per prompt (its samples read the same copy), each row's new ones in a cache of its own.
 
         Args:
             prefilled: transformers' cache of the prefill, per layer (U, H_kv, P, d) keys/values.
             prompt_mask: (U, P) long/bool, 1 on real prompt tokens (left padding 0).
             repeats: samples per prompt (rows R = U * repeats, prompt-major).
-            capacity: positions the cache holds (P + the most new tokens).
+            capacity: positions a row's whole sequence holds (P + the most new tokens).
         Raises:
             ValueError: ``capacity`` below P.
         """
@@ -148,57 +180,53 @@ class FusedDecoder:
         if capacity < p:
             raise ValueError(f"capacity {capacity} is below the prefilled length {p}")
         rows = u * repeats
-        capacity = -(-capacity // 16) * 16  # whole blocks of 16 positions
-        keys_t, values = [], []
+        prompt_len, own_len = _blocks_of_16(p), _blocks_of_16(max(capacity - p, 1))
+        prompt_keys, prompt_values, own_keys, own_values = [], [], [], []
         for layer in prefilled.layers:
-            k = layer.keys.to(torch.bfloat16).repeat_interleave(repeats, 0)  # (R, H_kv, P, d)
-            v = layer.values.to(torch.bfloat16).repeat_interleave(repeats, 0)
-            kt = k.new_zeros((rows, self.kv_heads, self.head_dim, capacity))
-            kt[..., :p] = k.transpose(-1, -2)
-            # (R, H_kv, C / 16, d, 16): dimension i of 16 consecutive positions side by side
-            keys_t.append(kt.view(rows, self.kv_heads, self.head_dim, capacity // 16, 16).transpose(2, 3).contiguous())
-            vb = v.new_zeros((rows, self.kv_heads, capacity, self.head_dim))
-            vb[:, :, :p] = v
-            values.append(vb)
-        key_bias = torch.zeros((rows, capacity), dtype=torch.float32)  # 0 = attend, -inf = left padding
-        key_bias[:, :p].masked_fill_(~prompt_mask.bool().repeat_interleave(repeats, 0), float("-inf"))
-        positions = torch.arange(int(prompt_mask.long().sum(-1).max()) + capacity - p + 1)
+            keys = layer.keys.to(torch.bfloat16).new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
+            keys[:, :, :p] = layer.keys
+            values = keys.new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
+            values[:, :, :p] = layer.values
+            prompt_keys.append(_blocked_transpose(keys))
+            prompt_values.append(values)
+            own_keys.append(keys.new_zeros((rows, self.kv_heads, own_len // 16, self.head_dim, 16)))
+            own_values.append(keys.new_zeros((rows, self.kv_heads, own_len, self.head_dim)))
+        prompt_bias = torch.full((u, prompt_len), float("-inf"))  # 0 = attend, -inf = left padding or unused
+        prompt_bias[:, :p].masked_fill_(prompt_mask.bool(), 0.0)
+        positions = torch.arange(int(prompt_mask.long().sum(-1).max()) + own_len + 1)
         cos, sin = self.model.model.rotary_emb(torch.empty(0, dtype=torch.bfloat16), positions.unsqueeze(0))
-        return DecodeState(keys_t, values, key_bias, cos[0].contiguous(), sin[0].contiguous(), p)
+        return DecodeState(prompt_keys, prompt_values, prompt_bias, own_keys, own_values,
+                           torch.zeros((rows, own_len)), cos[0].contiguous(), sin[0].contiguous())
 
     @torch.no_grad()
     def step(self, state: DecodeState, tokens: Tensor, positions: Tensor) -> Tensor:
         """One decode step: the next token of each row in, its logits out.
 
         Args:
-            state: from :meth:`start`; its cache gains this token's keys/values.
+            state: from :meth:`start`; each row's cache gains this token's keys/values.
             tokens: (R,) long, the tokens to feed. positions: (R,) long, their positions (RoPE).
         Returns:
             (R, V) bf16 logits for the token after ``tokens``.
         Raises:
-            ValueError: the cache is full.
+            ValueError: the rows' caches are full.
         """
         k = self.kernels
         column = state.length
-        if column >= state.key_bias.shape[1]:
-            raise ValueError(f"KV cache capacity {state.key_bias.shape[1]} exceeded")
+        if column >= state.own_bias.shape[1]:
+            raise ValueError(f"KV cache capacity {state.own_bias.shape[1]} new positions exceeded")
         positions = positions.contiguous()
         hidden = self.model.model.embed_tokens(tokens)  # (R, D) bf16, a new tensor (updated in place below)
         delta = None
-        for layer, keys_t, values in zip(self.layers, state.keys_t, state.values, strict=True):
-            attn, mlp = layer.attention, layer.mlp
+        for index, layer in enumerate(self.layers):
             normed = k.add_rms_norm(hidden, delta, layer.input_norm.weight, self.eps)
-            qkv = _linear(normed, layer.qkv, layer.qkv_bias, "none", [], "")
-            queries = k.rope_and_cache(qkv, state.cos, state.sin, positions, keys_t, values, column, self.heads)
-            context = k.decode_attention(queries, keys_t, values, state.key_bias, column + 1, self.scale)
-            delta = _linear(context, attn.o_proj.packed_weight, attn.o_proj.bias, "none", [], "")
-            normed = k.add_rms_norm(hidden, delta, layer.post_norm.weight, self.eps)
-            gate_up = _linear(normed, layer.gate_up, layer.gate_up_bias, "none", [], "")
-            delta = _linear(k.silu_mul(gate_up), mlp.down_proj.packed_weight, mlp.down_proj.bias, "none", [], "")
-        normed = k.add_rms_norm(hidden, delta, self.model.model.norm.weight, self.eps)
-        head = self.model.lm_head
+            rotated = k.rope(layer.qkv(normed), state.cos, state.sin, positions, self.heads, self.kv_heads)
+            context = k.decode_attention(rotated, state.prompt_keys[index], state.prompt_values[index],
+                                         state.prompt_bias, state.own_keys[index], state.own_values[index],
+                                         state.own_bias, column, self.scale)
+            normed = k.add_rms_norm(hidden, layer.o(context), layer.post_norm.weight, self.eps)
+            delta = layer.down(k.silu_mul(layer.gate_up(normed)))
         state.length = column + 1
-        return _linear(normed, head.packed_weight, head.bias, "none", [], "")
+        return self.lm_head(k.add_rms_norm(hidden, delta, self.model.model.norm.weight, self.eps))
 
     def sample_tokens(self, logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
         """One draw per row from softmax(logits / temperature) and its log-prob, by the inverse CDF at one uniform
@@ -216,22 +244,36 @@ class FusedDecoder:
 
 @dataclass
 class DecodeState:
-    """The running decode's cache: per layer keys transposed in blocks of 16 positions (R, H_kv, C / 16, d, 16) and
-    values (R, H_kv, C, d) in bf16;
-    key_bias (R, C) fp32, added to the attention scores (0, or -inf for left padding); the RoPE tables (positions,
-    d) bf16; ``length`` positions filled."""
+    """The running decode's cache, per layer, in bf16: the U prompts' keys (U, H_kv, P' / 16, d, 16: transposed in
+    blocks of 16 positions) and values (U, H_kv, P', d), P' = P rounded up to 16, with prompt_bias (U, P') fp32 added
+    to the scores (0, or -inf on left padding and the round-up); each row's own keys (R, H_kv, T' / 16, d, 16) and
+    values (R, H_kv, T', d) for its new tokens, own_bias (R, T') (zeros); the RoPE tables (positions, d) bf16;
+    ``length`` own positions filled."""
 
-    keys_t: list[Tensor]
-    values: list[Tensor]
-    key_bias: Tensor
+    prompt_keys: list[Tensor]
+    prompt_values: list[Tensor]
+    prompt_bias: Tensor
+    own_keys: list[Tensor]
+    own_values: list[Tensor]
+    own_bias: Tensor
     cos: Tensor
     sin: Tensor
-    length: int
+    length: int = 0
+
+
+def _blocks_of_16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def _blocked_transpose(keys: Tensor) -> Tensor:
+    """(N, H_kv, C, d) keys -> (N, H_kv, C / 16, d, 16): dimension i of 16 consecutive positions side by side."""
+    n, h, c, d = keys.shape
+    return keys.view(n, h, c // 16, 16, d).transpose(3, 4).contiguous()
 
 
 def build_fused_decoder(model: nn.Module) -> FusedDecoder | None:
     """A :class:`FusedDecoder` for ``model`` where it is supported and the kernels build, else None."""
-    if not fused_decode_supported(model)[0] or not any(isinstance(m, PackedLinear) for m in model.modules()):
+    if not fused_decode_supported(model)[0]:
         return None
     kernels = decode_kernels()
     return FusedDecoder(model, kernels) if kernels is not None else None

@@ -18,9 +18,16 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernels.cpp")
-CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma",
           "-mprefer-vector-width=512"]
-"""-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads)."""
+"""-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads). The AMX
+and AVX512_BF16 instructions are compiled in but only run where the CPU has them (:func:`amx_supported`)."""
+
+
+def amx_supported() -> bool:
+    """Whether this CPU has AMX tiles with bf16 (``amx_linear``); torch's own check, as its oneDNN uses."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(check is not None and check())
 
 
 def kernels_supported() -> tuple[bool, str]:
