@@ -12,7 +12,8 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from rlvr.precision import cpu_native_bf16
 from rlvr.rollout import decode
-from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported, pack_amx
+from rlvr.rollout.fused_decode import (AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported,
+                                      _pack_amx_stacked, pack_amx)
 from rlvr.rollout.hf import _low_precision_copy
 from rlvr.rollout.kernels import amx_supported, decode_kernels, kernels_supported
 from tests.tiny import build_tiny_model
@@ -150,6 +151,27 @@ def test_amx_linear_is_onednns_bf16_linear(kernels, rows, out_features, bias):
                                rtol=0.02)
 
 
+@pytest.mark.skipif(not amx_supported(), reason="needs AMX tiles")
+def test_the_prefill_linears_read_their_slice_of_the_stacked_amx_pack(tmp_path, kernels):
+    gen = _low_precision_copy(_llama(tmp_path), BF16)  # q 192, k/v 64 wide: whole groups of 64 columns
+    fused = FusedDecoder(gen, kernels, amx=True)
+    attn = gen.model.layers[1].self_attn
+    assert all(isinstance(m, AmxLinear) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
+    assert attn.k_proj.amx_groups == (3, 4) and attn.v_proj.amx_projection is fused.layers[1].qkv
+    x = torch.randn(2, 57, 192).to(BF16)  # a prefill's (U, P, D) input
+    with torch.no_grad():
+        for module in (attn.q_proj, attn.k_proj, attn.v_proj):
+            expected = F.linear(x, module.weight, module.bias)
+            out = module(x)
+            assert out.shape == expected.shape
+            assert _ulps(out, expected).max() <= 1.0
+    with torch.no_grad():
+        attn.k_proj.weight.mul_(-1.0)
+    fused.refresh()  # the slices follow the new pack
+    with torch.no_grad():
+        assert _ulps(attn.k_proj(x), F.linear(x, attn.k_proj.weight)).max() <= 1.0
+
+
 def test_pack_amx_layout_and_its_limit():
     weight = torch.arange(70 * 64, dtype=torch.float32).view(70, 64).to(BF16)
     packed = pack_amx(weight)
@@ -159,6 +181,13 @@ def test_pack_amx_layout_and_its_limit():
     assert packed[1, :, 0, :, 12:].abs().sum() == 0  # row 64 + 6 = 70 and beyond: padding
     with pytest.raises(ValueError, match="multiples of 32, got 40"):
         pack_amx(torch.zeros(16, 40, dtype=BF16))
+
+
+@pytest.mark.parametrize("rows", [(128, 64), (70, 20)])  # aligned (written in place), and stacked + zero-padded
+def test_the_amx_pack_kernel_writes_pack_amx_layout(kernels, rows):
+    torch.manual_seed(9)
+    weights = [torch.randn(n, 96).to(BF16) for n in rows]
+    assert torch.equal(_pack_amx_stacked(weights, kernels), pack_amx(torch.cat(weights)))
 
 
 def test_kernels_name_bad_input(kernels):

@@ -91,15 +91,23 @@ def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeyp
 
 @pytest.mark.skipif(not kernels_supported()[0] or not packing_supported_here(),
                     reason="needs a CPU with native bf16 and AVX-512 (the fused decode kernels)")
-def test_with_the_fused_decode_step_the_model_keeps_plain_linears(tmp_path):
+def test_with_the_fused_decode_step_the_model_keeps_no_packed_copy(tmp_path):
     """The fused decoder packs its own copies of every decode GEMM; the model's packed copies would be a second one,
-    so its linears go back to F.linear on the plain weights (only the prefill calls them)."""
+    so its linears go back to F.linear on the plain weights, or (AMX, outputs a multiple of 64) read their slice of
+    the decoder's pack (only the prefill calls them)."""
     from transformers import AutoModelForCausalLM
 
+    from rlvr.rollout.fused_decode import AmxLinear
     from rlvr.rollout.hf import HFRolloutEngine
+    from rlvr.rollout.kernels import amx_supported
     from tests.tiny import build_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
     engine = HFRolloutEngine(model, build_tokenizer(), [0], autocast_dtype=torch.bfloat16)
     assert engine.fused is not None
-    assert {type(m) for m in engine.generation_model.modules() if isinstance(m, torch.nn.Linear)} == {torch.nn.Linear}
+    kinds = {name.rsplit(".", 1)[-1]: type(m) for name, m in engine.generation_model.named_modules()
+             if isinstance(m, torch.nn.Linear)}
+    assert PackedLinear not in kinds.values()
+    # hidden 32: q/o 32 and k/v 16 wide, the vocabulary 48; gate/up 64 wide each (a whole AMX group)
+    assert kinds["gate_proj"] is kinds["up_proj"] is (AmxLinear if amx_supported() else torch.nn.Linear)
+    assert {kinds[n] for n in ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "lm_head")} == {torch.nn.Linear}

@@ -433,7 +433,8 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
 // out (M, N) bf16 = x (M, K) bf16 @ W^T + bias, W packed by rlvr.rollout.fused_decode.pack_amx as
 // (N' / 64, K / 32, 4, 16, 32) bf16, N' = N rounded up to 64: for each group of 64 output columns and chunk of 32
 // inputs, four 16 x 16-column B tiles (16 rows of input pairs), one contiguous 4 KB run, so a thread streams its
-// groups' weights strictly in order. Rows in chunks of 16 (an A tile), four C tiles of fp32 sums. Decoding 16
+// groups' weights strictly in order. Rows in tiles of 16 (an A tile; any row count, e.g. a prefill's, passes over a
+// group's weights while they sit in L2), four C tiles of fp32 sums. Decoding 16
 // rows, oneDNN's AMX kernel streamed SmolLM2's weights at 7-12 GB/s, this at 14-18 (2 threads): the same tile
 // products in the same order, so the outputs are oneDNN's bit for bit (tested).
 struct TileConfig {
@@ -478,28 +479,33 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
     b_ptr = raw(*bias);
   }
   auto out = torch::empty({rows, n}, x.options());
-  const char* x_ptr = reinterpret_cast<const char*>(raw(x));
+  // rows in whole tiles of 16: a last partial tile reads a zero-padded copy (tile loads cannot stop short of 16)
+  const int64_t padded_rows = (rows + 15) / 16 * 16;
+  torch::Tensor x_tiles = x;
+  if (padded_rows != rows) {
+    x_tiles = torch::zeros({padded_rows, k}, x.options());
+    x_tiles.narrow(0, 0, rows).copy_(x);
+  }
+  const char* x_ptr = reinterpret_cast<const char*>(raw(x_tiles));
   const char* w_ptr = reinterpret_cast<const char*>(raw(w_packed));
   uint16_t* o_ptr = raw_mut(out);
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     alignas(64) float sums[16 * 16];
-    int configured = -1;
-    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-      const int chunk_rows = static_cast<int>(std::min<int64_t>(16, rows - r0));
-      if (chunk_rows != configured) {
-        configure_tiles(chunk_rows);
-        configured = chunk_rows;
-      }
-      const char* a = x_ptr + r0 * k * 2;
-      for (int64_t g = begin; g < end; ++g) {
+    configure_tiles(16);
+    // a group's weights (K / 32 x 4 KB, 72 KB at K = 576) stay in L2 while every row tile passes over them
+    for (int64_t g = begin; g < end; ++g) {
+      const char* run = w_ptr + g * chunks * 4096;
+      for (int64_t r0 = 0; r0 < padded_rows; r0 += 16) {
+        const char* a = x_ptr + r0 * k * 2;
+        const int chunk_rows = static_cast<int>(std::min<int64_t>(16, rows - r0));
         _tile_zero(0);
         _tile_zero(1);
         _tile_zero(2);
         _tile_zero(3);
-        const char* run = w_ptr + g * chunks * 4096;
         for (int64_t c = 0; c < chunks; ++c) {
           const char* b = run + c * 4096;
-          for (int line = 0; line < 4096; line += 64) _mm_prefetch(b + 8192 + line, _MM_HINT_T0);
+          if (r0 == 0)
+            for (int line = 0; line < 4096; line += 64) _mm_prefetch(b + 8192 + line, _MM_HINT_T0);
           _tile_loadd(4, a + c * 64, k * 2);
           _tile_loadd(5, b, 64);
           _tile_dpbf16ps(0, 4, 5);
@@ -531,6 +537,37 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   return out;
 }
 
+// Writes weight (N, K) bf16 into groups [group_start, group_start + ceil(N / 64)) of w_packed (G, K / 32, 4, 16, 32),
+// the layout amx_linear reads: element [g, c, t, p, 2 j + e] = weight[64 (g - group_start) + 16 t + j, 32 c + 2 p + e],
+// i.e. a 16 x 16 transpose of 32-bit input pairs per (g, c, t). Rows past N in the last group are left as they are
+// (the caller zero-fills w_packed when N is not a multiple of 64).
+void amx_pack(torch::Tensor weight, torch::Tensor w_packed, int64_t group_start) {
+  check_bf16(weight, "weight", 2);
+  check_bf16(w_packed, "w_packed", 5);
+  const int64_t n = weight.size(0), k = weight.size(1), chunks = w_packed.size(1);
+  TORCH_CHECK(k % 32 == 0 && chunks * 32 == k && w_packed.size(2) == 4 && w_packed.size(3) == 16 &&
+                  w_packed.size(4) == 32, "w_packed: expected (G, ", k / 32, ", 4, 16, 32) for ", k, " input features");
+  const int64_t groups = (n + 63) / 64;
+  TORCH_CHECK(group_start >= 0 && group_start + groups <= w_packed.size(0), "groups [", group_start, ", ",
+              group_start + groups, ") outside w_packed's ", w_packed.size(0));
+  const uint32_t* src = reinterpret_cast<const uint32_t*>(raw(weight));  // (N, K / 2) input pairs
+  uint32_t* dst = reinterpret_cast<uint32_t*>(raw_mut(w_packed)) + group_start * chunks * 4 * 256;
+  const int64_t pairs = k / 2;
+  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g)
+      for (int64_t t = 0; t < 4; ++t)
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t row = g * 64 + t * 16 + j;
+          if (row >= n) return;
+          const uint32_t* in = src + row * pairs;
+          for (int64_t c = 0; c < chunks; ++c) {
+            uint32_t* out = dst + ((g * chunks + c) * 4 + t) * 256 + j;
+            for (int64_t pr = 0; pr < 16; ++pr) out[pr * 16] = in[c * 16 + pr];
+          }
+        }
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -544,5 +581,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &silu_mul, "silu(gate) * up (bf16)");
   m.def("amx_linear", &amx_linear, "x @ W^T + bias over AMX-packed bf16 weights (pack_amx)", py::arg("x"),
         py::arg("w_packed"), py::arg("bias"), py::arg("n"));
+  m.def("amx_pack", &amx_pack, "write a (N, K) bf16 weight into amx_linear's packed layout", py::arg("weight"),
+        py::arg("w_packed"), py::arg("group_start"));
   m.def("sample_tokens", &sample_tokens, "inverse-CDF draws from softmax(logits / T) and their log-probs");
 }

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
@@ -84,26 +85,77 @@ def pack_amx(weight: Tensor) -> Tensor:
     return padded.view(-1, 4, 16, k // 32, 16, 2).permute(0, 3, 1, 4, 2, 5).reshape(-1, k // 32, 4, 16, 32)
 
 
+def _pack_amx_stacked(weights: list[Tensor], kernels: ModuleType) -> Tensor:
+    """:func:`pack_amx` of the weights stacked along N, by the ``amx_pack`` kernel straight from each weight (no
+    stacked copy; oneDNN-reorder speed, 3x torch's permuted copy). A weight whose N is not a multiple of 64 is
+    stacked first (its last group padded with zero rows).
+
+    Raises:
+        ValueError: K not a multiple of 32.
+    """
+    k = weights[0].shape[1]
+    if k % 32:
+        raise ValueError(f"AMX packing needs input features in multiples of 32, got {k}")
+    if len(weights) > 1 and any(w.shape[0] % 64 for w in weights):
+        weights = [torch.cat(weights)]
+    groups = sum(-(-w.shape[0] // 64) for w in weights)
+    aligned = all(w.shape[0] % 64 == 0 for w in weights)
+    packed = (torch.empty if aligned else torch.zeros)((groups, k // 32, 4, 16, 32), dtype=weights[0].dtype)
+    start = 0
+    for weight in weights:
+        kernels.amx_pack(weight.contiguous(), packed, start)
+        start += -(-weight.shape[0] // 64)
+    return packed
+
+
 class _Projection:
     """One GEMM of the decode step: the weights of one or more linears stacked (q/k/v, gate/up) and packed once for
-    the ``amx_linear`` kernel (CPUs with AMX, input features a multiple of 32) or oneDNN; (R, K) -> (R, N) bf16."""
+    the ``amx_linear`` kernel (CPUs with AMX, input features a multiple of 32) or oneDNN; (R, K) -> (R, N) bf16.
+    With AMX and every linear's outputs a multiple of 64 (SmolLM2), each linear itself (the prefill's) reads its
+    slice of the same pack (:class:`AmxLinear`)."""
 
     def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, amx: bool) -> None:
         self.linears, self.kernels = linears, kernels
         self.out_features = sum(lin.out_features for lin in linears)
         self.amx = amx and linears[0].in_features % 32 == 0
         self.refresh()
+        if self.amx and all(lin.out_features % 64 == 0 for lin in linears):
+            start = 0
+            for lin in linears:
+                lin.__class__ = AmxLinear
+                lin.amx_projection, lin.amx_groups = self, (start, start + lin.out_features // 64)
+                start += lin.out_features // 64
 
     def refresh(self) -> None:
-        weight = torch.cat([lin.weight.detach() for lin in self.linears]) if len(self.linears) > 1 \
-            else self.linears[0].weight.detach()
-        self.packed = pack_amx(weight) if self.amx else _pack(weight)
+        weights = [lin.weight.detach() for lin in self.linears]
+        if self.amx:
+            self.packed = _pack_amx_stacked(weights, self.kernels)
+        else:
+            self.packed = _pack(torch.cat(weights) if len(weights) > 1 else weights[0])
         self.bias = _concat_bias(*self.linears)
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.amx:
             return self.kernels.amx_linear(x, self.packed, self.bias, self.out_features)
         return _linear(x, self.packed, self.bias, "none", [], "")
+
+
+class AmxLinear(nn.Linear):
+    """An ``nn.Linear`` of the generation copy (same parameters) whose forward without gradients reads its rows of a
+    :class:`_Projection`'s AMX pack: the prefill's GEMMs at the decode kernel's speed, with no second packed copy.
+    Shapes as ``nn.Linear``: (..., in_features) -> (..., out_features) bf16."""
+
+    amx_projection: _Projection
+    amx_groups: tuple[int, int]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return F.linear(x, self.weight, self.bias)
+        start, end = self.amx_groups
+        projection = self.amx_projection
+        flat = x.reshape(-1, x.shape[-1]).contiguous()
+        out = projection.kernels.amx_linear(flat, projection.packed[start:end], self.bias, self.out_features)
+        return out.view(*x.shape[:-1], self.out_features)
 
 
 @dataclass
