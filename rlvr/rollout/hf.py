@@ -12,8 +12,9 @@ engine shares the policy's parameters under one autocast context instead, and we
 Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
 attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
 an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
-for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) and, for Llama-style models,
-each decode step through fused kernels (:mod:`rlvr.rollout.fused_decode`). Each prompt is prefilled
+for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
+where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.fused_decode`; 22-27 ms
+a step at 2 threads with AMX). Each prompt is prefilled
 once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
 recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
 rollout's compute).

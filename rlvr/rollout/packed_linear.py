@@ -11,7 +11,8 @@ bit-for-bit equal to ``F.linear``'s at every row count tried (1 to 1000).
 :func:`pack_linears` turns each ``nn.Linear`` of a model into a :class:`PackedLinear` in place (same parameters, same
 names, so tied weights stay tied and weight sync is unchanged); after the parameters change, :func:`repack` refreshes
 the packed copies (0.2 s for 135M parameters). Only bf16 weights on a CPU with native bf16 are packed
-(:func:`packing_supported`); everything else keeps ``F.linear``.
+(:func:`packing_supported`); everything else keeps ``F.linear``. Where the fused decode step runs
+(:mod:`rlvr.rollout.fused_decode`, Llama-style models), it packs its own copies and these go back to ``F.linear``.
 """
 
 from __future__ import annotations
