@@ -202,9 +202,14 @@ def test_kernels_name_bad_input(kernels):
                  own_values=torch.zeros(2, 1, 32, 8, dtype=BF16), own_bias=torch.zeros(2, 32))
     with pytest.raises(RuntimeError, match="column 32 outside the cache capacity 32"):
         kernels.decode_attention(torch.zeros(2, 4, 8, dtype=BF16), column=32, scale=1.0, **cache)
-    with pytest.raises(RuntimeError, match="own bias: expected a contiguous \\(2, 32\\) fp32 tensor"):
+    bad_bias = "own bias: expected a contiguous \\(2, 32\\) fp32 CPU tensor, got Float of shape \\[2, 31\\]"
+    with pytest.raises(RuntimeError, match=bad_bias):
         kernels.decode_attention(torch.zeros(2, 4, 8, dtype=BF16), column=0, scale=1.0,
                                  **{**cache, "own_bias": torch.zeros(2, 31)})
+    with pytest.raises(RuntimeError, match="hidden: expected a non-empty hidden size"):
+        kernels.add_rms_norm(torch.zeros(2, 0, dtype=BF16), None, torch.zeros(0, dtype=BF16), 1e-5)
+    with pytest.raises(RuntimeError, match="uniforms: expected 1 contiguous float64 CPU values, got 2"):
+        kernels.sample_tokens(torch.zeros(1, 8, dtype=BF16), 1.0, torch.zeros(2, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="temperature must be > 0"):
         kernels.sample_tokens(torch.zeros(1, 8, dtype=BF16), 0.0, torch.zeros(1, dtype=torch.float64))
 
@@ -326,5 +331,9 @@ def test_support_is_decided_by_the_architecture_and_named(tmp_path):
     gen.config.model_type = "gemma"
     assert fused_decode_supported(gen) == (False, "model type 'gemma' is not one of ('llama', 'mistral', 'qwen2')")
     assert build_fused_decoder(gen) is None
-    with pytest.raises(ValueError, match="does not support this model: model type 'gemma'"):
+    gen.config.model_type = "llama"
+    gen.config.num_attention_heads, gen.config.num_key_value_heads = 16, 1  # multi-query: 16 heads a KV head
+    ok, reason = fused_decode_supported(gen)
+    assert not ok and "16 query heads over 1 KV heads" in reason
+    with pytest.raises(ValueError, match="does not support this model: 16 query heads over 1 KV heads"):
         FusedDecoder(gen, object())

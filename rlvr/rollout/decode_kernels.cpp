@@ -89,6 +89,7 @@ torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> de
   uint16_t* h_ptr = raw_mut(hidden);
   const uint16_t* w_ptr = raw(weight);
   uint16_t* o_ptr = raw_mut(out);
+  TORCH_CHECK(dim > 0, "hidden: expected a non-empty hidden size");
   at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       uint16_t* h = h_ptr + r * dim;
@@ -124,8 +125,9 @@ torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torc
   check_bf16(qkv, "qkv", 2);
   check_bf16(cos, "cos", 2);
   check_bf16(sin, "sin", 2);
-  TORCH_CHECK(positions.scalar_type() == at::kLong && positions.is_contiguous() && positions.dim() == 1,
-              "positions: expected a contiguous 1-d int64 tensor");
+  TORCH_CHECK(positions.device().is_cpu() && positions.scalar_type() == at::kLong && positions.is_contiguous() &&
+                  positions.dim() == 1, "positions: expected a contiguous 1-d int64 CPU tensor, got ",
+              positions.scalar_type(), " of shape ", positions.sizes(), " on ", positions.device());
   const int64_t rows = qkv.size(0), all_heads = heads + 2 * kv_heads;
   TORCH_CHECK(heads > 0 && kv_heads > 0 && qkv.size(1) % all_heads == 0, "qkv: ", qkv.size(1),
               " columns are not (", heads, " + 2 x ", kv_heads, ") heads");
@@ -152,7 +154,8 @@ torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torc
     if (vector_halves) {
       for (int64_t i = 0; i < head_dim; i += 16) {
         const __m512 xv = load16(x + i);
-        const __m512 partner = i < half ? _mm512_sub_ps(_mm512_setzero_ps(), load16(x + i + half)) : load16(x + i - half);
+        const __m512 partner =
+            i < half ? _mm512_sub_ps(_mm512_setzero_ps(), load16(x + i + half)) : load16(x + i - half);
         store16(o + i, _mm512_add_ps(round16(_mm512_mul_ps(xv, load16(c + i))),
                                      round16(_mm512_mul_ps(partner, load16(s + i)))));
       }
@@ -232,8 +235,10 @@ void attend(const uint16_t* q, const Segment& prompt, const Segment& own, int64_
   for (int g = 0; g < G; ++g) {
     float* s = scores + g * length;
     __m512 top = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t j = 0; j < length; j += 16) top = _mm512_mask_max_ps(top, tail_mask(length - j), top,
-                                                                      _mm512_loadu_ps(s + j));
+    for (int64_t j = 0; j < length; j += 16) {
+      const __mmask16 m = tail_mask(length - j);
+      top = _mm512_mask_max_ps(top, m, top, _mm512_maskz_loadu_ps(m, s + j));
+    }
     const __m512 top_v = _mm512_set1_ps(_mm512_reduce_max_ps(top));
     __m512 total = _mm512_setzero_ps();
     for (int64_t j = 0; j < length; j += 16) {
@@ -254,7 +259,10 @@ void attend(const uint16_t* q, const Segment& prompt, const Segment& own, int64_
   std::fill(acc, acc + G * head_dim, 0.0f);
   segment_values<G>(prompt, scores, length, head_dim, acc);
   segment_values<G>(own, scores + prompt.length, length, head_dim, acc);
-  for (int64_t i = 0; i < G * head_dim; i += 16) store16(out + i, _mm512_loadu_ps(acc + i), tail_mask(G * head_dim - i));
+  for (int64_t i = 0; i < G * head_dim; i += 16) {
+    const __mmask16 m = tail_mask(G * head_dim - i);
+    store16(out + i, _mm512_maskz_loadu_ps(m, acc + i), m);
+  }
 }
 
 using AttendFn = void (*)(const uint16_t*, const Segment&, const Segment&, int64_t, float, float*, float*, float*,
@@ -276,8 +284,9 @@ void check_cache(const torch::Tensor& keys_t, const torch::Tensor& values, const
   TORCH_CHECK(values.size(0) == n && values.size(1) == kv_heads && values.size(2) == capacity &&
                   values.size(3) == head_dim, name, " values: expected (", n, ", ", kv_heads, ", ", capacity, ", ",
               head_dim, "), got ", values.sizes());
-  TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.dim() == 2 && bias.size(0) == n &&
-                  bias.size(1) == capacity, name, " bias: expected a contiguous (", n, ", ", capacity, ") fp32 tensor");
+  TORCH_CHECK(bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.dim() == 2 &&
+                  bias.size(0) == n && bias.size(1) == capacity, name, " bias: expected a contiguous (", n, ", ",
+              capacity, ") fp32 CPU tensor, got ", bias.scalar_type(), " of shape ", bias.sizes());
 }
 
 // Attention of one new token per row: qkv_rot (R, H + 2 Hk, d) bf16 from rope(). Its keys and values are first
@@ -291,6 +300,7 @@ torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_
                                torch::Tensor prompt_bias, torch::Tensor own_keys_t, torch::Tensor own_values,
                                torch::Tensor own_bias, int64_t column, double scale) {
   check_bf16(qkv_rot, "qkv_rot", 3);
+  check_bf16(own_keys_t, "own keys", 5);
   const int64_t rows = qkv_rot.size(0), head_dim = qkv_rot.size(2), kv_heads = own_keys_t.size(1);
   const int64_t heads = qkv_rot.size(1) - 2 * kv_heads;
   TORCH_CHECK(kv_heads > 0 && heads > 0 && heads % kv_heads == 0, "qkv_rot: ", qkv_rot.size(1),
@@ -350,6 +360,7 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   const uint16_t* in_ptr = raw(gate_up);
   uint16_t* o_ptr = raw_mut(out);
   const __m512 one = _mm512_set1_ps(1.0f);
+  TORCH_CHECK(inner > 0, "gate_up: expected a non-empty intermediate size");
   at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / inner), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const uint16_t* gate = in_ptr + r * 2 * inner;
@@ -371,8 +382,10 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
   check_bf16(logits, "logits", 2);
   TORCH_CHECK(temperature > 0.0, "temperature must be > 0, got ", temperature);
   const int64_t rows = logits.size(0), vocab = logits.size(1);
-  TORCH_CHECK(uniforms.scalar_type() == at::kDouble && uniforms.is_contiguous() && uniforms.numel() == rows,
-              "uniforms: expected ", rows, " contiguous float64 values");
+  TORCH_CHECK(vocab > 0, "logits: expected a non-empty vocabulary");
+  TORCH_CHECK(uniforms.device().is_cpu() && uniforms.scalar_type() == at::kDouble && uniforms.is_contiguous() &&
+                  uniforms.numel() == rows, "uniforms: expected ", rows, " contiguous float64 CPU values, got ",
+              uniforms.numel(), " ", uniforms.scalar_type(), " on ", uniforms.device());
   auto tokens = torch::empty({rows}, logits.options().dtype(at::kLong));
   auto logprobs = torch::empty({rows}, logits.options().dtype(at::kFloat));
   const uint16_t* l_ptr = raw(logits);
@@ -401,23 +414,24 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
         total += chunk_sums[c];
       }
       const double target = u_ptr[r] * total;
+      // skip whole chunks by their sums, then add entry by entry; where a chunk's (tree-summed) total overshot its
+      // entries' running sum, the scan goes on into the next chunk instead of settling on the chunk's last entry
       double running = 0.0;
-      int64_t token = vocab - 1;
-      for (int64_t c = 0; c < static_cast<int64_t>(chunk_sums.size()); ++c) {
-        if (running + chunk_sums[c] > target) {  // the draw is in this chunk (its last entry if rounding says no)
-          token = std::min(vocab, c * 16 + 16) - 1;
-          for (int64_t i = c * 16; i < std::min(vocab, c * 16 + 16); ++i) {
-            running += probs[i];
-            if (running > target) {
-              token = i;
-              break;
-            }
-          }
-          break;
+      int64_t token = -1;
+      for (int64_t c = 0; c < static_cast<int64_t>(chunk_sums.size()) && token < 0; ++c) {
+        if (running + chunk_sums[c] <= target) {
+          running += chunk_sums[c];
+          continue;
         }
-        running += chunk_sums[c];
+        for (int64_t i = c * 16; i < std::min(vocab, c * 16 + 16); ++i) {
+          running += probs[i];
+          if (running > target) {
+            token = i;
+            break;
+          }
+        }
       }
-      while (token > 0 && probs[token] == 0.0f) --token;  // never a token of probability 0 (a rounding edge)
+      if (token < 0) token = vocab - 1;  // target at the very top (rounding): the last entry
       t_ptr[r] = token;
       const float x = static_cast<float>(c10::BFloat16(row[token], c10::BFloat16::from_bits())) /
                       static_cast<float>(temperature);
@@ -579,6 +593,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("prompt_keys_t"), py::arg("prompt_values"), py::arg("prompt_bias"), py::arg("own_keys_t"),
         py::arg("own_values"), py::arg("own_bias"), py::arg("column"), py::arg("scale"));
   m.def("silu_mul", &silu_mul, "silu(gate) * up (bf16)");
+  m.def("amx_permitted", &amx_permitted, "whether this process may use AMX tiles (asks the kernel once)");
   m.def("amx_linear", &amx_linear, "x @ W^T + bias over AMX-packed bf16 weights (pack_amx)", py::arg("x"),
         py::arg("w_packed"), py::arg("bias"), py::arg("n"));
   m.def("amx_pack", &amx_pack, "write a (N, K) bf16 weight into amx_linear's packed layout", py::arg("weight"),

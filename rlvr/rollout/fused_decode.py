@@ -39,6 +39,8 @@ from rlvr.rollout.kernels import amx_supported, decode_kernels
 from rlvr.rollout.packed_linear import PACK_BATCH_HINT, PackedLinear, packing_supported
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+MAX_GROUPS = 8
+"""The most query heads per KV head ``decode_attention`` takes (``MAX_GROUPS`` in ``decode_kernels.cpp``)."""
 _linear = torch.ops.mkldnn._linear_pointwise
 
 
@@ -69,6 +71,11 @@ def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
     rope_type = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", "default")
     if rope_type.startswith("dynamic") or rope_type == "longrope":
         return False, f"RoPE type {rope_type!r} depends on the sequence length"
+    heads = getattr(config, "num_attention_heads", 1)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if heads % kv_heads or heads // kv_heads > MAX_GROUPS:
+        return False, (f"{heads} query heads over {kv_heads} KV heads: the attention kernel takes whole groups of at "
+                       f"most {MAX_GROUPS}")
     if not packing_supported(model):
         return False, "parameters not bf16 on a CPU with native bf16"
     return True, ""
@@ -193,7 +200,8 @@ class FusedDecoder:
         if not ok:
             raise ValueError(f"fused decoding does not support this model: {reason}")
         self.model, self.kernels = model, kernels
-        amx = amx_supported() if amx is None else amx
+        if amx is None:  # the CPU has AMX and the OS lets this process use it (Linux 5.16+)
+            amx = amx_supported() and bool(kernels.amx_permitted())
         config = model.config
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads

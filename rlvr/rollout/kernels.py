@@ -18,8 +18,8 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernels.cpp")
-CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mamx-tile", "-mamx-bf16", "-mfma",
-          "-mprefer-vector-width=512"]
+CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mamx-tile",
+          "-mamx-bf16", "-mfma", "-mprefer-vector-width=512"]
 """-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads). The AMX
 and AVX512_BF16 instructions are compiled in but only run where the CPU has them (:func:`amx_supported`)."""
 
@@ -40,8 +40,9 @@ def kernels_supported() -> tuple[bool, str]:
 
 @lru_cache(maxsize=1)
 def decode_kernels() -> ModuleType | None:
-    """The compiled kernels (``add_rms_norm``, ``rope_and_cache``, ``decode_attention``, ``silu_mul``), or None
-    where this CPU or machine cannot build or run them (the reason printed once)."""
+    """The compiled kernels (``add_rms_norm``, ``rope``, ``decode_attention``, ``silu_mul``, ``sample_tokens``,
+    ``amx_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or run them (the
+    reason printed once)."""
     ok, reason = kernels_supported()
     if not ok:
         return None
