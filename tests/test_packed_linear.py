@@ -18,6 +18,19 @@ def packing_supported_here() -> bool:
     return cpu_native_bf16()[0] and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
+def _onednn_packs_bf16() -> bool:
+    """Whether oneDNN can pack a bf16 weight on this CPU at all (it needs avx512bw/vl/dq or avx_ne_convert: not on an
+    AVX2-only CPU, where the engine never packs since the CPU has no native bf16)."""
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), 16)
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_bf16_packing = pytest.mark.skipif(not _onednn_packs_bf16(), reason="oneDNN cannot pack bf16 on this CPU")
+
+
 class TwoLayers(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +47,7 @@ def _bf16_model() -> TwoLayers:
     return TwoLayers().to(torch.bfloat16).requires_grad_(False)
 
 
+@needs_bf16_packing
 @pytest.mark.parametrize("rows", [1, 7, 16, 300])
 def test_packed_outputs_equal_f_linear_bit_for_bit(rows):
     model = _bf16_model()
@@ -47,6 +61,7 @@ def test_packed_outputs_equal_f_linear_bit_for_bit(rows):
         assert torch.equal(model.tied(model.up(x)), expected_tied)
 
 
+@needs_bf16_packing
 def test_parameters_stay_the_same_objects_and_repack_follows_a_change():
     model = _bf16_model()
     before = dict(model.named_parameters(remove_duplicate=False))
@@ -72,6 +87,7 @@ def test_support_needs_bf16_cpu_parameters_and_native_bf16(monkeypatch):
     assert not packing_supported(_bf16_model())
 
 
+@needs_bf16_packing
 def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM
 
