@@ -32,7 +32,7 @@ from rlvr.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
 from rlvr.rollout.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
-from rlvr.rollout.packed_linear import PackedLinear  # noqa: E402
+from rlvr.rollout.packed_linear import pack_linears, packing_supported  # noqa: E402
 
 QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",
              "What is 250 + 375 - 81?"]
@@ -86,17 +86,16 @@ def main() -> None:
     eos = eos_token_ids(model, tok)
     gen_sdpa = _low_precision_copy(model, torch.bfloat16)
     gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
-    gen_gqa = _low_precision_copy(model, torch.bfloat16)  # packed linears where the CPU has native bf16
+    gen_gqa = _low_precision_copy(model, torch.bfloat16)
     use_grouped_query_attention(gen_gqa)
+    for gen in (gen_sdpa, gen_gqa):
+        if packing_supported(gen):  # packed linears where the CPU has native bf16, as the engine's fallback path
+            pack_linears(gen)
     gen_fused = _low_precision_copy(model, torch.bfloat16)
     fused = build_fused_decoder(gen_fused) if "decode_fused" in args.variants else None
     if "decode_fused" in args.variants and fused is None:
         raise SystemExit(f"decode_fused: not available here ({fused_decode_supported(gen_fused)[1] or 'kernels'})")
-    gen_unpacked = _low_precision_copy(model, torch.bfloat16)
-    for module in gen_unpacked.modules():  # back to F.linear on the plain bf16 weights
-        if isinstance(module, PackedLinear):
-            module.__class__ = torch.nn.Linear
-            del module.packed_weight
+    gen_unpacked = _low_precision_copy(model, torch.bfloat16)  # F.linear on the plain bf16 weights
     prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
                for q in QUESTIONS[:args.prompts]]

@@ -13,7 +13,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 from rlvr.precision import cpu_native_bf16
 from rlvr.rollout import decode
 from rlvr.rollout.fused_decode import (AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported,
-                                      _pack_amx_stacked, pack_amx)
+                                      pack_amx)
 from rlvr.rollout.hf import _low_precision_copy
 from rlvr.rollout.kernels import amx_supported, decode_kernels, kernels_supported
 from tests.tiny import build_tiny_model
@@ -140,7 +140,7 @@ def test_amx_linear_is_onednns_bf16_linear(kernels, rows, out_features, bias):
     weight = (torch.randn(out_features, 576) * 0.05).to(BF16)
     b = torch.randn(out_features).to(BF16) if bias else None
     x = torch.randn(rows, 576).to(BF16)
-    out = kernels.amx_linear(x, pack_amx(weight), b, out_features)
+    out = kernels.amx_linear(x, pack_amx([weight], kernels), b, out_features)
     expected = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(weight, 16), b, "none",
                                                   [], "")
     assert out.shape == (rows, out_features)
@@ -172,22 +172,30 @@ def test_the_prefill_linears_read_their_slice_of_the_stacked_amx_pack(tmp_path, 
         assert _ulps(attn.k_proj(x), F.linear(x, attn.k_proj.weight)).max() <= 1.0
 
 
-def test_pack_amx_layout_and_its_limit():
+def _reference_layout(weight: torch.Tensor) -> torch.Tensor:
+    """pack_amx's layout by torch ops: rows padded to 64 with zeros, then permuted."""
+    n, k = weight.shape
+    padded = weight.new_zeros((-(-n // 64) * 64, k))
+    padded[:n] = weight
+    return padded.view(-1, 4, 16, k // 32, 16, 2).permute(0, 3, 1, 4, 2, 5).reshape(-1, k // 32, 4, 16, 32)
+
+
+def test_pack_amx_layout_and_its_limit(kernels):
     weight = torch.arange(70 * 64, dtype=torch.float32).view(70, 64).to(BF16)
-    packed = pack_amx(weight)
+    packed = pack_amx([weight], kernels)
     assert packed.shape == (2, 2, 4, 16, 32)  # 70 columns -> 2 groups of 64 (zero rows after 70)
     g, c, t, pair, j, e = 1, 1, 0, 3, 5, 1  # element [g, c, t, p, 2 j + e] = weight[64 g + 16 t + j, 32 c + 2 p + e]
     assert packed[g, c, t, pair, 2 * j + e] == weight[64 * g + 16 * t + j, 32 * c + 2 * pair + e]
     assert packed[1, :, 0, :, 12:].abs().sum() == 0  # row 64 + 6 = 70 and beyond: padding
     with pytest.raises(ValueError, match="multiples of 32, got 40"):
-        pack_amx(torch.zeros(16, 40, dtype=BF16))
+        pack_amx([torch.zeros(16, 40, dtype=BF16)], kernels)
 
 
 @pytest.mark.parametrize("rows", [(128, 64), (70, 20)])  # aligned (written in place), and stacked + zero-padded
 def test_the_amx_pack_kernel_writes_pack_amx_layout(kernels, rows):
     torch.manual_seed(9)
     weights = [torch.randn(n, 96).to(BF16) for n in rows]
-    assert torch.equal(_pack_amx_stacked(weights, kernels), pack_amx(torch.cat(weights)))
+    assert torch.equal(pack_amx(weights, kernels), _reference_layout(torch.cat(weights)))
 
 
 def test_kernels_name_bad_input(kernels):

@@ -39,6 +39,9 @@ inline __m512 round16(__m512 x) {  // x rounded to bf16, as fp32
 inline void store16(uint16_t* p, __m512 x, __mmask16 m = 0xFFFF) {
   _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded_bits(x), 16)));
 }
+inline float to_float(uint16_t bits) { return static_cast<float>(bf16(bits, bf16::from_bits())); }  // one value
+inline uint16_t to_bf16_bits(float v) { return bf16(v).x; }  // rounded to nearest even
+
 inline __mmask16 tail_mask(int64_t count) {  // the first min(count, 16) lanes
   return count >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << count) - 1u);
 }
@@ -145,9 +148,7 @@ torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torc
   const uint16_t* cos_ptr = raw(cos);
   const uint16_t* sin_ptr = raw(sin);
   uint16_t* o_ptr = raw_mut(out);
-  const auto f32 = [](uint16_t bits) { return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits())); };
-  const auto to_bits = [](float v) { return c10::BFloat16(v).x; };
-  const auto round_f = [&](float v) { return f32(to_bits(v)); };
+  const auto round_f = [](float v) { return to_float(to_bf16_bits(v)); };
   const bool vector_halves = half % 16 == 0;
   // one head: x (d) -> out (d), bf16(bf16(x * cos) + bf16(rotate_half(x) * sin)), rotate_half(x) = (-x2, x1)
   auto rotate = [&](const uint16_t* x, const uint16_t* c, const uint16_t* s, uint16_t* o) {
@@ -162,8 +163,8 @@ torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torc
       return;
     }
     for (int64_t i = 0; i < head_dim; ++i) {
-      const float rotated = i < half ? -f32(x[i + half]) : f32(x[i - half]);
-      o[i] = to_bits(round_f(f32(x[i]) * f32(c[i])) + round_f(rotated * f32(s[i])));
+      const float rotated = i < half ? -to_float(x[i + half]) : to_float(x[i - half]);
+      o[i] = to_bf16_bits(round_f(to_float(x[i]) * to_float(c[i])) + round_f(rotated * to_float(s[i])));
     }
   };
   for (int64_t r = 0; r < rows; ++r) {  // (H + 2 Hk) d values a row: too little to split over threads
@@ -227,7 +228,7 @@ void attend(const uint16_t* q, const Segment& prompt, const Segment& own, int64_
             float* scores, float* q_scaled, float* acc, uint16_t* out) {
   for (int g = 0; g < G; ++g)  // the queries in fp32, pre-scaled, laid out (d, G)
     for (int64_t i = 0; i < head_dim; ++i)
-      q_scaled[i * G + g] = static_cast<float>(c10::BFloat16(q[g * head_dim + i], c10::BFloat16::from_bits())) * scale;
+      q_scaled[i * G + g] = to_float(q[g * head_dim + i]) * scale;
   const int64_t length = prompt.length + own.length;
   segment_scores<G>(prompt, q_scaled, head_dim, scores, length);
   segment_scores<G>(own, q_scaled, head_dim, scores + prompt.length, length);
@@ -433,8 +434,7 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
       }
       if (token < 0) token = vocab - 1;  // target at the very top (rounding): the last entry
       t_ptr[r] = token;
-      const float x = static_cast<float>(c10::BFloat16(row[token], c10::BFloat16::from_bits())) /
-                      static_cast<float>(temperature);
+      const float x = to_float(row[token]) / static_cast<float>(temperature);
       lp_ptr[r] = x - top_s - static_cast<float>(std::log(total));
     }
   });

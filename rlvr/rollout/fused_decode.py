@@ -36,16 +36,12 @@ from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
 from rlvr.rollout.kernels import amx_supported, decode_kernels
-from rlvr.rollout.packed_linear import PACK_BATCH_HINT, PackedLinear, packing_supported
+from rlvr.rollout.packed_linear import pack_weight, packing_supported, unpack_linears
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 MAX_GROUPS = 8
 """The most query heads per KV head ``decode_attention`` takes (``MAX_GROUPS`` in ``decode_kernels.cpp``)."""
 _linear = torch.ops.mkldnn._linear_pointwise
-
-
-def _pack(weight: Tensor) -> Tensor:
-    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACK_BATCH_HINT)
 
 
 def _concat_bias(*linears: nn.Linear) -> Tensor | None:
@@ -81,25 +77,11 @@ def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
     return True, ""
 
 
-def pack_amx(weight: Tensor) -> Tensor:
-    """(N, K) bf16 -> (N' / 64, K / 32, 4, 16, 32), N' = N rounded up to 64 (zero rows): the B-tile layout of the
-    ``amx_linear`` kernel, element [g, c, t, p, 2 j + e] = weight[64 g + 16 t + j, 32 c + 2 p + e].
-
-    Raises:
-        ValueError: K not a multiple of 32.
-    """
-    n, k = weight.shape
-    if k % 32:
-        raise ValueError(f"AMX packing needs input features in multiples of 32, got {k}")
-    padded = weight.new_zeros((-(-n // 64) * 64, k))
-    padded[:n] = weight
-    return padded.view(-1, 4, 16, k // 32, 16, 2).permute(0, 3, 1, 4, 2, 5).reshape(-1, k // 32, 4, 16, 32)
-
-
-def _pack_amx_stacked(weights: list[Tensor], kernels: ModuleType) -> Tensor:
-    """:func:`pack_amx` of the weights stacked along N, by the ``amx_pack`` kernel straight from each weight (no
-    stacked copy; oneDNN-reorder speed, 3x torch's permuted copy). A weight whose N is not a multiple of 64 is
-    stacked first (its last group padded with zero rows).
+def pack_amx(weights: list[Tensor], kernels: ModuleType) -> Tensor:
+    """(N_i, K) bf16 weights stacked along N -> (N' / 64, K / 32, 4, 16, 32), N' = N rounded up to 64 (zero rows): the
+    B-tile layout of the ``amx_linear`` kernel, element [g, c, t, p, 2 j + e] = stacked[64 g + 16 t + j, 32 c + 2 p
+    + e]. Written by the ``amx_pack`` kernel straight from each weight where every N_i is a multiple of 64 (no stacked
+    copy; oneDNN-reorder speed, 3x torch's permuted copy); otherwise the weights are stacked first.
 
     Raises:
         ValueError: K not a multiple of 32.
@@ -140,9 +122,9 @@ class _Projection:
     def refresh(self) -> None:
         weights = [lin.weight.detach() for lin in self.linears]
         if self.amx:
-            self.packed = _pack_amx_stacked(weights, self.kernels)
+            self.packed = pack_amx(weights, self.kernels)
         else:
-            self.packed = _pack(torch.cat(weights) if len(weights) > 1 else weights[0])
+            self.packed = pack_weight(torch.cat(weights) if len(weights) > 1 else weights[0])
         self.bias = _concat_bias(*self.linears)
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -184,8 +166,9 @@ class _Layer:
 class FusedDecoder:
     """The decode step of ``model`` through fused kernels (see the module docstring). The norms and the embedding
     are read from the model's parameters; the GEMMs from packed copies made here (q/k/v and gate/up stacked), which
-    :meth:`refresh` rebuilds after the parameters change. The model's own linears go back to ``F.linear`` on the
-    plain weights (their :class:`PackedLinear` copies would be a second packed copy; only the prefill calls them).
+    :meth:`refresh` rebuilds after the parameters change. The model's own linears (only the prefill calls them) stay
+    ``F.linear`` on the plain weights, or read their slice of the packs (:class:`AmxLinear`); packed ones
+    (:class:`rlvr.rollout.packed_linear.PackedLinear`) go back to plain, their copy would be a second one.
 
     Args:
         model: an HF causal LM for which :func:`fused_decode_supported` holds.
@@ -208,10 +191,7 @@ class FusedDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim ** -0.5
         self.eps = float(config.rms_norm_eps)
-        for module in model.modules():
-            if isinstance(module, PackedLinear):
-                module.__class__ = nn.Linear
-                del module.packed_weight
+        unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
         self.layers = [
             _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, amx),
                    _Projection((lyr.self_attn.o_proj,), kernels, amx),

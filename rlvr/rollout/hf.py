@@ -69,8 +69,11 @@ class HFRolloutEngine:
                              f"parameters; got autocast_dtype={autocast_dtype}, partitioned={partitioned}")
         self.generation_model: torch.nn.Module = (_low_precision_copy(model, autocast_dtype) if generation_copy
                                                   else model)
-        # a bf16 copy on a CPU with native bf16: decode steps through fused kernels (rlvr.rollout.fused_decode)
+        # a bf16 copy on a CPU with native bf16: decode steps through fused kernels (rlvr.rollout.fused_decode), which
+        # pack their own weights; where those do not run, its linear layers read oneDNN-packed weights
         self.fused: FusedDecoder | None = build_fused_decoder(self.generation_model) if generation_copy else None
+        if generation_copy and self.fused is None and packing_supported(self.generation_model):
+            pack_linears(self.generation_model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when
@@ -85,9 +88,10 @@ class HFRolloutEngine:
         with torch.no_grad():
             for name, dst in self.generation_model.named_parameters():
                 dst.copy_(src[name])
-        repack(self.generation_model)
         if self.fused is not None:
             self.fused.refresh()
+        else:
+            repack(self.generation_model)
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], n: int,
@@ -147,8 +151,9 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
     ``inv_freq``) kept in their own dtype and values.
 
     Built from the config on the meta device and filled in, never ``copy.deepcopy``: DeepSpeed hangs bound methods of
-    its optimizer on the parameters (ZeRO-1/2) and hooks on the modules, which a deep copy would duplicate. On a CPU
-    with native bf16, its linear layers read oneDNN-prepacked weights (:mod:`rlvr.rollout.packed_linear`).
+    its optimizer on the parameters (ZeRO-1/2) and hooks on the modules, which a deep copy would duplicate. Its
+    linear layers are plain; :class:`HFRolloutEngine` packs them (:mod:`rlvr.rollout.packed_linear`) where the fused
+    decode step does not run.
     """
     device = next(model.parameters()).device
     with torch.device("meta"):
@@ -167,6 +172,4 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
         gen.generation_config = copy.deepcopy(model.generation_config)
     gen.requires_grad_(False)
     use_grouped_query_attention(gen)  # its own config copy: the trainer's model keeps its attention
-    if packing_supported(gen):
-        pack_linears(gen)  # bf16 on a CPU: weights prepacked for oneDNN (rlvr.rollout.packed_linear)
     return gen.eval()

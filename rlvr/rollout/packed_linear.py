@@ -36,6 +36,12 @@ def packing_supported(model: nn.Module) -> bool:
             and cpu_native_bf16()[0])
 
 
+def pack_weight(weight: Tensor) -> Tensor:
+    """A bf16 (out, in) weight packed for ``torch.ops.mkldnn._linear_pointwise``, laid out for
+    :data:`PACK_BATCH_HINT` rows."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), PACK_BATCH_HINT)
+
+
 class PackedLinear(nn.Linear):
     """An ``nn.Linear`` (same ``weight``/``bias`` parameters) whose forward reads a oneDNN-packed copy of the weight.
 
@@ -47,7 +53,7 @@ class PackedLinear(nn.Linear):
 
     def repack(self) -> None:
         """Re-pack ``weight`` (after it changed)."""
-        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), PACK_BATCH_HINT)
+        self.packed_weight = pack_weight(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         if torch.is_grad_enabled() and self.weight.requires_grad:
@@ -65,6 +71,15 @@ def pack_linears(model: nn.Module) -> int:
             module.repack()
             count += 1
     return count
+
+
+def unpack_linears(model: nn.Module) -> None:
+    """Turn every :class:`PackedLinear` of ``model`` back into a plain ``nn.Linear`` (``F.linear`` on its weight) and
+    drop its packed copy."""
+    for module in model.modules():
+        if isinstance(module, PackedLinear):
+            module.__class__ = nn.Linear
+            del module.packed_weight
 
 
 def repack(model: nn.Module) -> None:
