@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/bench_math_verify.py            # writes benchmarks/results/math_verify.md
     .venv/bin/python benchmarks/bench_math_verify.py --repeat 1  # quicker
 
-Accuracy: every labelled pair of ``shared/cases/math_dev.jsonl`` and ``math_dev_r2.jsonl``, and the
-hand-labelled cases of ``tests/test_verifiers_math_extra.py`` and ``tests/test_verifiers_math_r2.py``.
+Accuracy: every labelled pair of ``tests/data/math_cases.jsonl`` and ``tests/data/math_cases_structured.jsonl``, and the
+hand-labelled cases of ``tests/test_verifiers_math_extra.py`` and ``tests/test_verifiers_math_structured.py``.
 "Plain math-verify" is math-verify with default settings:
 ``verify(parse(gold), parse(pred))``; a second row wraps the gold in ``$...$``, as trainers usually do. A call
 that hangs (math-verify's own signal timeouts cannot interrupt a long sympy/GMP computation) is killed after
@@ -51,29 +51,27 @@ def plain_math_verify(completion: str, sample: dict, *, wrap_gold: bool = False)
 
 
 def _read_jsonl(name: str) -> list[dict]:
-    path = ROOT / "shared" / "cases" / name
-    if not path.exists():
-        path = Path("/work/shared/cases") / name
+    path = ROOT / "tests" / "data" / name
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def load_cases() -> dict[str, list[dict]]:
-    """Corpus name -> labelled pairs: ``dev``, ``extra`` and the newer kinds, ``r2`` and ``r2-extra``."""
+    """Corpus name -> labelled pairs: ``dev``, ``extra`` and the newer kinds, ``structured`` and ``structured-extra``."""
     sys.path.insert(0, str(ROOT / "tests"))
-    import test_verifiers_math_r2 as r2
+    import test_verifiers_math_structured as structured
     from test_verifiers_math_extra import CASES
 
     extra = [{"id": f"extra-{i}", "gold": g, "pred": p, "equal": e, "category": "extra"} for i, (g, p, e) in enumerate(CASES)]
-    r2_lists = {
-        "set_list": r2.LABELLED_PARTS + r2.GOLD_BOXES_IN_A_SENTENCE, "equation": r2.LABEL_EQUATIONS,
-        "symbolic_expression": r2.RENAMED_CONSTANTS + r2.EULER, "multiple_choice": r2.CHOICE_WITH_TEXT,
-        "extraction_response": r2.STATED_THEN_EXPLAINED + r2.ANSWER_TAG_THEN_BOX + [(g, p, False) for g, p in r2.UNCLOSED],
-        "decimal_vs_exact": r2.DECIMALS,
+    structured_lists = {
+        "set_list": structured.LABELLED_PARTS + structured.GOLD_BOXES_IN_A_SENTENCE, "equation": structured.LABEL_EQUATIONS,
+        "symbolic_expression": structured.RENAMED_CONSTANTS + structured.EULER, "multiple_choice": structured.CHOICE_WITH_TEXT,
+        "extraction_response": structured.STATED_THEN_EXPLAINED + structured.ANSWER_TAG_THEN_BOX + [(g, p, False) for g, p in structured.UNCLOSED],
+        "decimal_vs_exact": structured.DECIMALS,
     }
-    r2_extra = [{"id": f"r2-extra-{category}-{i}", "gold": g, "pred": p, "equal": e, "category": category}
-                for category, pairs in r2_lists.items() for i, (g, p, e) in enumerate(pairs)]
-    return {"dev": _read_jsonl("math_dev.jsonl"), "extra": extra, "r2": _read_jsonl("math_dev_r2.jsonl"),
-            "r2-extra": r2_extra}
+    structured_extra = [{"id": f"structured-extra-{category}-{i}", "gold": g, "pred": p, "equal": e, "category": category}
+                for category, pairs in structured_lists.items() for i, (g, p, e) in enumerate(pairs)]
+    return {"dev": _read_jsonl("math_cases.jsonl"), "extra": extra, "structured": _read_jsonl("math_cases_structured.jsonl"),
+            "structured-extra": structured_extra}
 
 
 def judge_all(cases: list[dict], target: str, timeout_s: float, kwargs: dict | None = None) -> list[tuple[bool | None, float]]:
@@ -182,11 +180,11 @@ def main() -> None:
              f"latex2sympy2_extended {_version('latex2sympy2_extended')}, sympy {_version('sympy')}. "
              f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
              "## Accuracy on labelled answer pairs", "",
-             "`dev`: `shared/cases/math_dev.jsonl`; `extra`: the hand-labelled pairs in "
-             "`tests/test_verifiers_math_extra.py` (same categories, other strings); `r2`: "
-             "`shared/cases/math_dev_r2.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
-             "stated-then-explained answers, option text, rounding, unclosed boxes); `r2-extra`: the labelled pairs "
-             "in `tests/test_verifiers_math_r2.py` (those kinds, each with wrong-answer counterparts). "
+             "`dev`: `tests/data/math_cases.jsonl`; `extra`: the hand-labelled pairs in "
+             "`tests/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
+             "`tests/data/math_cases_structured.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
+             "stated-then-explained answers, option text, rounding, unclosed boxes); `structured-extra`: the labelled pairs "
+             "in `tests/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts). "
              "*Hack accepts*: wrong answers "
              f"accepted in the reward-hacking categories ({', '.join(sorted(HACKING_CATEGORIES))}). *Hangs*: killed "
              f"after {args.timeout:g} s (counted wrong).", "",

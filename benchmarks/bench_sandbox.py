@@ -19,7 +19,7 @@ Designs (all run the same in-sandbox driver, with the same limits and as many pa
 The slow baselines (fresh, reward-per-sample) judge the first 30 programs of a workload; rates are per
 program either way.
 Workloads: small stdio programs (3 tests each, every other one wrong) in Python, C, C++, Java and
-JavaScript (compile time included), and the labelled cases of shared/cases/code_dev.jsonl without the
+JavaScript (compile time included), and the labelled cases of tests/data/code_cases.jsonl without the
 ones whose tests run into the time limit (those only measure waiting). `pass/fail = label` counts
 programs whose pass/fail matches the label. The machine is shared: its load average goes with the results,
 and CPU ms per program (see `CpuMeter`), which load changes far less, with them.
@@ -59,7 +59,7 @@ from rlvr.verifiers import verifier  # noqa: E402
 from rlvr.verifiers.code import code_reward  # noqa: E402
 from rlvr.verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
 
-CASES = Path("/work/shared/cases/code_dev.jsonl")
+CASES = ROOT / "tests" / "data" / "code_cases.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "sandbox.md"
 LABELS = {
     "fresh": "(a) fresh container per program (fork server inside)",

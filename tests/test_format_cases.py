@@ -1,4 +1,4 @@
-"""Every labelled case in shared/cases/format_dev.jsonl; the expected reward is the label."""
+"""Every labelled case in tests/data/format_cases.jsonl; the expected reward is the label."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 
 from rlvr.verifiers.format_tags import check_r1_format, r1_format
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "format_dev.jsonl"
-if not CASES_FILE.exists():
-    CASES_FILE = Path("/work/shared/cases/format_dev.jsonl")
+CASES_FILE = Path(__file__).resolve().parent / "data" / "format_cases.jsonl"
 CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

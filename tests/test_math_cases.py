@@ -1,4 +1,4 @@
-"""Every labelled case in shared/cases/math_dev.jsonl; the expected value is the label (`equal`)."""
+"""Every labelled case in tests/data/math_cases.jsonl; the expected value is the label (`equal`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ import pytest
 
 from rlvr.verifiers.math_answer import judge_math
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "math_dev.jsonl"
-if not CASES_FILE.exists():
-    CASES_FILE = Path("/work/shared/cases/math_dev.jsonl")
+CASES_FILE = Path(__file__).resolve().parent / "data" / "math_cases.jsonl"
 CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

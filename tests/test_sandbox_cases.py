@@ -1,5 +1,5 @@
 """Labelled programs (correct, wrong, cheating, hostile) judged by each backend; the expected verdicts come
-from the labels. Cases are authored here (different from shared/cases/code_dev.jsonl, which is also run
+from the labels. Cases are authored here (different from tests/data/code_cases.jsonl, which is also run
 on Docker when present). Time limits are 1 s so that the timeout cases stay cheap."""
 import json
 from functools import cache
@@ -124,16 +124,15 @@ def test_labelled_case(backend, case):
         assert first.verdict.value in allowed, detail
 
 
-SHARED_CASES = Path("/work/shared/cases/code_dev.jsonl")
+LABELLED_CASES = Path(__file__).resolve().parent / "data" / "code_cases.jsonl"
 
 
 @pytest.mark.docker
 @pytest.mark.security
-@pytest.mark.skipif(not SHARED_CASES.exists(), reason=f"{SHARED_CASES} is not on this machine")
-def test_shared_dev_cases_on_docker():
+def test_labelled_code_cases_on_docker():
     if docker_problem():
         pytest.skip(docker_problem())
-    rows = [json.loads(line) for line in SHARED_CASES.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in LABELLED_CASES.read_text().splitlines() if line.strip()]
     limits = [dict(r.get("limits") or {}, time_s=min(1.0, (r.get("limits") or {}).get("time_s", 1.0))) for r in rows]
     jobs = [Job(r["solution"], r["tests"], r["test_type"], r.get("checker") or "lines", Limits.from_mapping(lim))
             for r, lim in zip(rows, limits)]

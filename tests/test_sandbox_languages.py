@@ -1,6 +1,6 @@
 """C, C++, Java and JavaScript programs: compiled once, run per stdio test, judged like Python. Per language
 and backend: correct, wrong answer, compile error, TLE, runtime error, early exit (expected verdicts are the
-labels); plus the labelled cases of shared/cases/code_dev_r2.jsonl and the unknown-language error."""
+labels); plus the labelled cases of tests/data/code_cases_languages.jsonl and the unknown-language error."""
 import json
 from functools import cache
 from pathlib import Path
@@ -14,7 +14,7 @@ from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.sandbox.languages import LANGUAGES, java_class_name, missing_tools, parse_language
 
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "3000000000 3000000000\n", "output": "6000000000\n"}]
-R2_CASES = Path("/work/shared/cases/code_dev_r2.jsonl")
+LANGUAGE_CASES = Path(__file__).resolve().parent / "data" / "code_cases_languages.jsonl"
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
 
 # (language, label, program, expected verdicts of the two ADD tests)
@@ -81,12 +81,11 @@ def test_language_case(backend, case):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.skipif(not R2_CASES.exists(), reason=f"{R2_CASES} is not on this machine")
-def test_shared_r2_cases(backend):
+def test_labelled_language_cases(backend):
     judged = _judged(backend)  # skips the same way
     if isinstance(judged, str):
         pytest.skip(f"{backend}: {judged}")
-    rows = [json.loads(line) for line in R2_CASES.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in LANGUAGE_CASES.read_text().splitlines() if line.strip()]
     jobs = [Job(r["solution"], r["tests"], r["test_type"], r["checker"], Limits.from_mapping(r["limits"]),
                 r.get("language", "python")) for r in rows]
     got = []

@@ -10,9 +10,9 @@ from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
 from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.sandbox.judge import judge
 
-R2_CASES = Path("/work/shared/cases/code_dev_r2.jsonl")
+LANGUAGE_CASES = Path(__file__).resolve().parent / "data" / "code_cases_languages.jsonl"
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}]
-# shared/cases/code_dev_r2.jsonl cr2-10: the labelled orphaned-daemon case.
+# tests/data/code_cases_languages.jsonl cr2-10: the labelled orphaned-daemon case.
 DAEMON = ("import os\na,b=map(int,input().split())\nprint(a+b,flush=True)\nif os.fork()==0:\n    os.setsid()\n"
           "    import time\n    while True: time.sleep(0.1)\n")
 # Prints how many processes in the sandbox are neither pid 1 (its init) nor itself or one of its ancestors
@@ -49,7 +49,6 @@ def test_orphaned_daemon_is_ac_and_nothing_is_left_running(name):
     assert census.codes == ["AC"], census.verdicts[0].result.stdout  # "0": no daemon survived
 
 
-@pytest.mark.skipif(not R2_CASES.exists(), reason=f"{R2_CASES} is not on this machine")
 def test_the_labelled_case_is_the_one_tested_here():
-    row = next(json.loads(line) for line in R2_CASES.read_text().splitlines() if '"cr2-10"' in line)
+    row = next(json.loads(line) for line in LANGUAGE_CASES.read_text().splitlines() if '"cr2-10"' in line)
     assert row["solution"] == DAEMON and row["expected_failure_mode"] == "AC"

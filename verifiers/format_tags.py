@@ -1,7 +1,7 @@
 """Format rewards: the R1 ``<think>...</think><answer>...</answer>`` layout, and "has a ``\\boxed{}``".
 
 The R1 layout (DeepSeek-R1, arXiv 2501.12948, section 2.2.2) is checked strictly, because lenient regexes
-reward broken layouts (see ``shared/cases/format_dev.jsonl``, written against open-r1's ``format_reward`` and
+reward broken layouts (see ``tests/data/format_cases.jsonl``, written against open-r1's ``format_reward`` and
 trl's ``think_format_reward``): ``re.MULTILINE`` ``$`` lets text follow ``</answer>``, a non-greedy ``.*?``
 spans two answers. Here the tags are counted, not pattern-matched.
 

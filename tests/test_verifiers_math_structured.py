@@ -1,6 +1,6 @@
 """Math verifier, issue 14: the shapes hard held-out pairs missed, each with its wrong-answer counterparts.
 
-Expected values are the labels (``shared/cases/math_dev_r2.jsonl``) or the mathematical truth, decided by
+Expected values are the labels (``tests/data/math_cases_structured.jsonl``) or the mathematical truth, decided by
 hand. Every right shape is paired with wrong answers in the same shape, so no rule here can pass by
 accepting more: a labelled gold against values out of order or one value off, a label equation against
 another value, a constant-renamed solution with a different term, a stated answer that is wrong, another
@@ -20,14 +20,12 @@ from rlvr.verifiers.math_compare import equal_up_to_constants, rounds_to
 from rlvr.verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
 from rlvr.verifiers.math_parse import Choice, parse_answer
 
-CASES_FILE = Path(__file__).resolve().parents[1] / "shared" / "cases" / "math_dev_r2.jsonl"
-if not CASES_FILE.exists():
-    CASES_FILE = Path("/work/shared/cases/math_dev_r2.jsonl")
-R2_CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+CASES_FILE = Path(__file__).resolve().parent / "data" / "math_cases_structured.jsonl"
+STRUCTURED_CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("case", R2_CASES, ids=[c["id"] for c in R2_CASES])
-def test_math_dev_r2_case(case: dict) -> None:
+@pytest.mark.parametrize("case", STRUCTURED_CASES, ids=[c["id"] for c in STRUCTURED_CASES])
+def test_math_structured_case(case: dict) -> None:
     verdict = judge_math(case["gold"], case["pred"])
     assert (verdict.equal is True) is case["equal"], (
         f"{case['id']} [{case['category']}] {case['note']}: expected equal={case['equal']}, got {verdict}"
