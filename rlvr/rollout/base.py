@@ -13,12 +13,17 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. ``temperature == 0`` means greedy. ``max_new_tokens`` counts response tokens (eos included)."""
+    """How to sample. ``temperature == 0`` means greedy. ``max_new_tokens`` counts response tokens (eos included).
+
+    ``stop``: strings that end a response at the token that completes one (that token is kept: the ids stay exactly
+    the sampled ones); only the response is searched, not the prompt. Empty (the default): only eos ends a response.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 256
+    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -29,8 +34,11 @@ class Completion:
     """Response token ids, ending with the eos id when ``finish_reason == "stop"``."""
     logprobs: list[float]
     """fp32 log-prob (nats) of each token under the sampling distribution (logits / temperature), before top-p/k."""
-    finish_reason: Literal["stop", "length"]
-    """``stop``: ended with eos; ``length``: cut at max_new_tokens (truncated)."""
+    finish_reason: Literal["stop", "length", "stop_sequence"]
+    """``stop``: ended with eos; ``length``: cut at max_new_tokens (truncated); ``stop_sequence``: ended at the token
+    that completed one of ``SamplingParams.stop`` (named in ``stop_sequence``; e.g. a closed tool call)."""
+    stop_sequence: str | None = None
+    """The stop string that ended the response when ``finish_reason == "stop_sequence"``, else None."""
 
 
 class RolloutEngine(Protocol):

@@ -14,12 +14,14 @@ also keeps every step's fp32 logits, (T, R, V), to the end. Here:
 
 Sampling uses transformers' own temperature, top-k and top-p warpers in ``generate``'s order, then one exact draw
 from the softmax by inverting its CDF (:func:`sample_categorical`; ``torch.multinomial`` draws one random number per
-vocabulary entry, 12x slower here), greedy = argmax; finished rows are fed the pad id. The distribution is
-``generate``'s; the draws for a given seed are not (and the logits, from an equivalent computation, can differ in the
+vocabulary entry, 12x slower here), greedy = argmax; finished rows are fed the pad id (a row also ends where an
+optional per-row callback says so: stop strings, :mod:`rlvr.rollout.stop`). The distribution is ``generate``'s; the draws for a given seed are not (and the logits, from an equivalent computation, can differ in the
 last bits), so a seeded run samples other tokens than it did with ``generate``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -121,7 +123,8 @@ def sample_categorical(probs: Tensor, generator: torch.Generator | None = None) 
 @torch.no_grad()
 def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n: int, *, max_new_tokens: int,
            temperature: float, top_k: int, top_p: float, eos_ids: list[int], pad_id: int,
-           synced: bool = False, fused: FusedDecoder | None = None) -> tuple[Tensor, Tensor]:
+           synced: bool = False, fused: FusedDecoder | None = None,
+           stop_when: Callable[[int, list[int]], bool] | None = None) -> tuple[Tensor, Tensor]:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
@@ -135,6 +138,10 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
             ``generate(synced_gpus=True)`` does.
         fused: decode steps through this :class:`~rlvr.rollout.fused_decode.FusedDecoder` of ``model`` (the
             prefill still runs ``model``); None = ``model``'s own forward.
+        stop_when: called after each step as ``stop_when(row, ids)`` for every row still running that did not just
+            sample an eos, with the row's sampled ids so far (a list this loop owns; do not keep or change it): True
+            ends the row there (its last token is kept, pad after), as an eos would. None (the default) = only eos
+            ends a row, and the loop is the same as without the argument.
     Returns:
         tokens (R, T') long and logprobs (R, T') fp32, R = U * n, T' <= T the steps run (until every row ended):
         each token's log-prob under softmax(logits / temperature) (raw logits when greedy), before top-k/top-p;
@@ -166,6 +173,7 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     eos = torch.tensor(sorted(set(eos_ids)), dtype=torch.long, device=device)
     running = torch.ones(r, dtype=torch.bool, device=device)
     tokens, logprobs = [], []
+    history: list[list[int]] = [[] for _ in range(r)]  # each row's sampled ids (read only with stop_when)
     # plain temperature sampling on the fused path: one kernel per step draws (same uniforms as sample_categorical)
     fused_sampling = fused is not None and temperature > 0 and not top_k and top_p >= 1.0
     for step in range(max_new_tokens):
@@ -186,7 +194,16 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         token = torch.where(running, token, pad_id)
         tokens.append(token)
         logprobs.append(lp)
+        if stop_when is not None:
+            was_running = running.tolist()
         running &= ~torch.isin(token, eos)
+        if stop_when is not None:
+            ids, still = token.tolist(), running.tolist()
+            for row in range(r):
+                if was_running[row]:
+                    history[row].append(ids[row])
+                    if still[row] and stop_when(row, history[row]):
+                        running[row] = False
         if step + 1 == max_new_tokens or _all_finished(running, synced):
             break
         if fused is not None:

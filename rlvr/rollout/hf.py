@@ -32,6 +32,7 @@ from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder
 from rlvr.rollout.packed_linear import pack_linears, packing_supported, repack
+from rlvr.rollout.stop import StopStrings
 
 
 class HFRolloutEngine:
@@ -53,6 +54,7 @@ class HFRolloutEngine:
                  batch_size: int = 64, autocast_dtype: torch.dtype | None = torch.bfloat16,
                  generation_copy: bool | None = None) -> None:
         self.model = model
+        self.tokenizer = tokenizer  # decodes response tails for SamplingParams.stop
         self.pad_id = int(tokenizer.pad_token_id)
         self.eos_ids = list(eos_ids)
         self.batch_size = batch_size
@@ -129,17 +131,30 @@ class HFRolloutEngine:
             attention_mask[i, width - len(p):] = 1
         # autocast only when generating with the shared fp32 parameters (a copy is already in the low precision)
         use_autocast = self.autocast_dtype is not None and model is self.model
+        stops = StopStrings(self.tokenizer, sampling.stop) if sampling.stop else None
+        stopped: dict[int, tuple[int, str]] = {}  # row -> (its sampled tokens, the stop string the last completed)
+
+        def stop_when(row: int, ids: list[int]) -> bool:
+            hit = stops.matched(ids)
+            if hit is not None:
+                stopped[row] = (len(ids), hit)
+            return hit is not None
+
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype or torch.float32,
                             enabled=use_autocast):
             new_tokens, logprobs = decode.sample(
                 model, input_ids.to(device), attention_mask.to(device), n, max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=self.eos_ids,
-                pad_id=self.pad_id, synced=self.synced, fused=self.fused)
+                pad_id=self.pad_id, synced=self.synced, fused=self.fused,
+                stop_when=stop_when if stops else None)
         eos = set(self.eos_ids)
         completions = []
-        for row, lp in zip(new_tokens.cpu().tolist(), logprobs.cpu().tolist(), strict=True):
+        for index, (row, lp) in enumerate(zip(new_tokens.cpu().tolist(), logprobs.cpu().tolist(), strict=True)):
             end = next((i for i, t in enumerate(row) if t in eos), None)
-            if end is None:
+            if index in stopped:  # ended by a stop string (the pad fed after it may equal an eos id)
+                length, hit = stopped[index]
+                completions.append(Completion(row[:length], lp[:length], "stop_sequence", hit))
+            elif end is None:
                 completions.append(Completion(row, lp, "length"))
             else:
                 completions.append(Completion(row[:end + 1], lp[:end + 1], "stop"))

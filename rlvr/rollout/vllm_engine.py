@@ -183,13 +183,19 @@ class VLLMRolloutEngine:
 
     # ------------------------------------------------------------------------------------------------ generate
     def sampling_params(self, n: int, sampling: SamplingParams, seed: int | None) -> Any:
-        """The ``vllm.SamplingParams`` for ``n`` samples: token ids only, logprob of each sampled token."""
+        """The ``vllm.SamplingParams`` for ``n`` samples: token ids only, logprob of each sampled token.
+
+        With ``sampling.stop``, vLLM detokenizes (it needs the text to find stop strings) and keeps the ids up to and
+        including the token that completed the stop string (``include_stop_str_in_output``); without, it does not
+        detokenize at all, as before."""
         from vllm import SamplingParams as VLLMSampling
 
         greedy = sampling.temperature == 0
+        stops = dict(stop=list(sampling.stop), include_stop_str_in_output=True) if sampling.stop else {}
         return VLLMSampling(n=n, temperature=sampling.temperature, top_p=1.0 if greedy else sampling.top_p,
                             top_k=0 if greedy else sampling.top_k, max_tokens=sampling.max_new_tokens, logprobs=0,
-                            stop_token_ids=self.eos_ids, ignore_eos=False, detokenize=False, seed=seed)
+                            stop_token_ids=self.eos_ids, ignore_eos=False, detokenize=bool(sampling.stop), seed=seed,
+                            **stops)
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], n: int,
@@ -238,7 +244,10 @@ class VLLMRolloutEngine:
                                    f"{len(ids)} tokens (prompt {index}, sample {s.index})")
             logprobs = [float(pos[t].logprob) for t, pos in zip(ids, s.logprobs, strict=True)]
             stopped = bool(ids) and ids[-1] in eos
-            group.append(Completion(ids, logprobs, "stop" if stopped else "length"))
+            if isinstance(getattr(s, "stop_reason", None), str):  # a stop string (an int would be a stop token id)
+                group.append(Completion(ids, logprobs, "stop_sequence", s.stop_reason))
+            else:
+                group.append(Completion(ids, logprobs, "stop" if stopped else "length"))
         return group
 
     # ------------------------------------------------------------------------------------------------ weight sync
