@@ -235,6 +235,8 @@ def multi_turn_generate(engine: RolloutEngine, tokenizer: Any, env: Environment,
             if reply.done:
                 sample.finish_reason = "stop"
                 continue
+            if reply.text is None and not reply.messages:  # nothing to answer (a block that is not a call): go on
+                reply = dataclasses.replace(reply, text="")
             ids = _reply_ids(tokenizer, env, episodes[i], reply, sample, turn, eos)
             begin = len(sample.token_ids)
             sample.token_ids += ids
