@@ -14,6 +14,7 @@ from rlvr.sandbox.results import ExecResult, ExecStatus
 
 HELLO_S = 30.0  # the driver must be up within this many seconds (a cold Python on a loaded machine)
 COMPILE_S = 20.0  # extra seconds for a job's first event beyond its compile limit (the driver compiles first)
+SYNTAX_CHECK_S = 10.0  # extra seconds for a Python job's first event: the driver's syntax check (at most 5 s)
 FORK_SERVER = os.environ.get("RLVR_SANDBOX_FORKSERVER", "1") != "0"
 DONE_S = 15.0  # seconds for the clean-up after a job (kill everything, wipe scratch)
 
@@ -55,7 +56,7 @@ class BatchOutcome:
 
 def request_bytes(jobs: Sequence[Job], *, pid_namespace: bool, scratch: Sequence[str], nproc: int | None,
                   python: str = "python3", fork_server: bool | None = None,
-                  idle_exit_s: float | None = None) -> bytes:
+                  idle_exit_s: float | None = None, namespaces: bool = True) -> bytes:
     """The driver's stdin for a batch: a decimal byte count, a newline, then the JSON batch.
 
     pid_namespace: the driver may kill(-1) (never outside a private pid namespace). scratch: writable
@@ -64,13 +65,15 @@ def request_bytes(jobs: Sequence[Job], *, pid_namespace: bool, scratch: Sequence
     a warm interpreter (`sandbox/harness/forkserver.py`) instead of starting one per run (default: on,
     unless RLVR_SANDBOX_FORKSERVER=0). idle_exit_s: after the batch the driver waits this many seconds
     for another on the same stdin, then exits (None: until end of stream). The settings of a warm driver's
-    first batch (all but jobs and idle_exit_s) hold for its later batches."""
+    first batch (all but jobs and idle_exit_s) hold for its later batches. namespaces: every program run
+    (and compiler) gets new user, IPC and pid namespaces (`_enter_run_namespaces` in the harness); the
+    driver refuses to start where it cannot make them."""
     if fork_server is None:
         fork_server = FORK_SERVER
     body = json.dumps({
         "pid_namespace": pid_namespace, "scratch": list(scratch), "nproc": nproc, "python": python,
         "runner": runner_source(), "forkserver": forkserver_source() if fork_server else None,
-        "idle_exit_s": idle_exit_s, "jobs": [job.sandbox_view() for job in jobs],
+        "idle_exit_s": idle_exit_s, "namespaces": namespaces, "jobs": [job.sandbox_view() for job in jobs],
     }).encode("utf-8")
     return b"%d\n" % len(body) + body
 
@@ -90,7 +93,9 @@ def run_batch(channel: Channel, jobs: Sequence[Job], request: bytes) -> BatchOut
             outcome.partial = {i: []}
             limit_s = 2 * job.limits.time_s + 10.0
             while len(outcome.partial[i]) < job.n_tests:
-                first = COMPILE_S + job.limits.compile_time_s if not outcome.partial[i] else 0.0
+                first = 0.0
+                if not outcome.partial[i]:  # no compile allowance where there is no compile step
+                    first = SYNTAX_CHECK_S if job.language == "python" else COMPILE_S + job.limits.compile_time_s
                 event = _event(channel.read_line(limit_s + first))
                 if event.get("job") != i or event.get("test") != len(outcome.partial[i]):
                     raise _Broken(f"driver event out of order: {str(event)[:200]}")

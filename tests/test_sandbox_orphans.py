@@ -16,12 +16,13 @@ ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}
 DAEMON = ("import os\na,b=map(int,input().split())\nprint(a+b,flush=True)\nif os.fork()==0:\n    os.setsid()\n"
           "    import time\n    while True: time.sleep(0.1)\n")
 # Prints how many processes in the sandbox are neither pid 1 (its init) nor itself or one of its ancestors
-# (timeout, the driver).
+# (its stand-in outside its own pid namespace, the fork server or `timeout`, the driver). Pids as the sandbox's
+# /proc names them (os.getpid() is 1 in the program's own namespace).
 OTHERS = """import os
 def ppid(pid):
     with open('/proc/%d/stat' % pid) as f:
         return int(f.read().rpartition(')')[2].split()[1])
-mine, pid = {1}, os.getpid()
+mine, pid = {1}, int(os.readlink('/proc/self'))
 while pid > 0:
     mine.add(pid)
     pid = ppid(pid)

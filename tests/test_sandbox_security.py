@@ -176,7 +176,9 @@ def test_containers_are_created_locked_down():
         assert host["Memory"] == host["MemorySwap"] == (200 + 2 * 16 + 256) << 20
         assert host["NanoCpus"] == 500_000_000
         assert "size=16m" in host["Tmpfs"]["/tmp"]
-        assert config["User"] == "65534:65534"
+        assert config["User"] == "65533:65533"  # pid 1; the driver and programs run as 65534 (docker exec)
+        assert host["LogConfig"]["Type"] == "none"
+        assert any(opt.startswith("seccomp=") for opt in host["SecurityOpt"])
     finally:
         backend.pool.release(container, spec, reusable=False)
 

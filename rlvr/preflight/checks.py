@@ -17,6 +17,7 @@ from rlvr.preflight.gold import check_gold
 from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
+from rlvr.preflight.sandbox_check import check_sandbox
 from rlvr.preflight.template_checks import check_eos, check_prefill
 from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
@@ -54,6 +55,7 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
         numbers = {id(row): i for i, row in enumerate(rows)}
         _guarded(report, "gold", check_gold, report, recipe, prompt_set.train, specs, reward_fn, numbers,
                  options.gold_rows)
+    _guarded(report, "sandbox", check_sandbox, report, specs)
     if options.training:
         check_batch(report, recipe, options.world())
         check_reward_model_folders(report, recipe)

@@ -14,6 +14,11 @@ class Backend(ABC):
     """A way to run the in-sandbox driver. Implementations: docker, bwrap, none (unsandboxed)."""
 
     name: str = ""
+    memory_enforced: bool = False  # memory_mb bounds all of a program's memory (a cgroup), not only its address space
+
+    def description(self) -> str:
+        """One line on how this backend isolates programs and bounds their memory (for `rlvr check`)."""
+        return f"{self.name}: memory_mb is not enforced beyond each process's address space (RLIMIT_AS)"
 
     @abstractmethod
     def workers(self) -> int:

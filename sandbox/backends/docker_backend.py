@@ -71,6 +71,12 @@ class DockerBackend(Backend):
     Raises SandboxUnavailable when no engine answers or the image is missing."""
 
     name = "docker"
+    memory_enforced = True
+
+    def description(self) -> str:
+        return ("docker: warm containers, new user, IPC and pid namespaces for every program run; memory_mb enforced "
+                "by a memory cgroup (the container's: memory_mb + scratch + 256 MiB for the sandbox's own processes, "
+                "with RLIMIT_AS per process)")
 
     def __init__(self, workers: int | None = None, idle_exit_s: float | None = None,
                  warm_drivers: bool | None = None) -> None:

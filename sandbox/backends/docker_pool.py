@@ -2,8 +2,9 @@
 
 Each container is started once (~300-600 ms) and then runs many batches, through one warm driver started
 with one `docker exec` (see docker_backend). It is created with: no network, a read-only root, size-capped tmpfs scratch (/tmp and
-/dev/shm), a pids limit, a memory limit (no swap), a CPU quota, uid 65534, every capability dropped and
-no-new-privileges. Its pid 1 is a small reaper that exits (and `auto_remove` removes the container) after
+/dev/shm), a pids limit, a memory limit (no swap), a CPU quota, every capability dropped, no-new-privileges,
+the seccomp profile of `docker_seccomp` (the per-run namespaces) and no log. The driver and programs run as
+uid 65534; pid 1 runs as 65533 and is non-dumpable. Its pid 1 is a small reaper that exits (and `auto_remove` removes the container) after
 `idle_exit_s` seconds without any other process: a caller killed with SIGKILL leaves nothing behind for
 long. Containers are labelled with their owner (`host:pid`); at exit (atexit, a multiprocessing child's
 own exit, and SIGTERM when nobody else handles it) the pool removes its own, and a new pool removes
@@ -27,17 +28,24 @@ from typing import Any
 import docker
 import docker.errors
 
+from rlvr.sandbox.backends.docker_seccomp import profile_json
 from rlvr.sandbox.errors import SandboxError, SandboxUnavailable
 from rlvr.sandbox.limits import Limits
 
 LABEL = "rlvr.sandbox"
 OWNER_LABEL = "rlvr.sandbox.owner"
-SANDBOX_UID = "65534:65534"  # nobody:nogroup
+SANDBOX_UID = "65534:65534"  # nobody:nogroup: the driver and the programs
+PID1_UID = "65533:65533"  # pid 1, another user: programs can neither signal it, trace it, nor open its fds
 OVERHEAD_MB = 256  # container memory beyond the program's own limit: driver, pid 1, runner baseline
 
-# pid 1 of every container: reap orphans; exit after argv[1] idle seconds (no process but us).
+# pid 1 of every container: reap orphans; exit after argv[1] idle seconds (no process but us). Non-dumpable and
+# of another user than the programs: nothing of a job can be written into its memory to outlive the job.
 PID1_SOURCE = """
-import os, sys, time
+import ctypes, os, sys, time
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE 0
+    sys.exit("pid 1: prctl(PR_SET_DUMPABLE) failed")
+os.dup2(os.open(os.devnull, os.O_RDWR), 1)  # nothing of ours reaches the engine's log either
+os.dup2(1, 2)
 idle_s, last = float(sys.argv[1]), time.monotonic()
 while True:
     try:
@@ -77,12 +85,16 @@ class ContainerSpec:
         # stops no Python program from running any code it likes
         tmpfs = f"rw,exec,nosuid,nodev,size={self.scratch_mb}m,mode=1777"
         return {
-            "network_mode": "none", "read_only": True, "tmpfs": {"/tmp": tmpfs},
+            # /dev/mqueue shows the container's message queues, whose names a program could leave for the next
+            # one: an empty read-only folder instead (each run's own queues live in its own IPC namespace)
+            "network_mode": "none", "read_only": True,
+            "tmpfs": {"/tmp": tmpfs, "/dev/mqueue": "ro,nosuid,nodev,noexec,size=4k,mode=0555"},
             "shm_size": f"{self.scratch_mb}m", "pids_limit": self.pids,
             "mem_limit": f"{self.memory_mb}m", "memswap_limit": f"{self.memory_mb}m",
-            "nano_cpus": int(self.cpus * 1e9), "user": SANDBOX_UID, "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"], "ipc_mode": "private", "working_dir": "/tmp",
-            "hostname": "sandbox", "environment": {"LANG": "C.UTF-8"},
+            "nano_cpus": int(self.cpus * 1e9), "user": PID1_UID, "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges", f"seccomp={profile_json()}"], "ipc_mode": "private",
+            "working_dir": "/tmp", "hostname": "sandbox", "environment": {"LANG": "C.UTF-8"},
+            "log_config": {"Type": "none", "Config": {}},  # a program's bytes never land in a file on the host
         }
 
 

@@ -33,7 +33,8 @@ class UnsafeLocalBackend(Backend):
             channel = ProcessChannel([sys.executable, "-I", "-c", driver_source()], cwd=tmp)
             try:
                 # pid_namespace=False: the driver must not kill(-1) here, it would hit all our processes.
-                request = request_bytes(jobs, pid_namespace=False, scratch=[tmp], nproc=None, python=sys.executable)
+                request = request_bytes(jobs, pid_namespace=False, scratch=[tmp], nproc=None, python=sys.executable,
+                                        namespaces=False)
                 return run_batch(channel, jobs, request)
             finally:
                 channel.close()

@@ -17,6 +17,9 @@ early_exit (ended with code 0 before its tests finished), timeout, memory, outpu
 Why the program cannot fool it although it shares our uid:
 - PR_SET_DUMPABLE=0: the program cannot ptrace us, open /proc/<us>/fd/1 to write fake results, or read
   the assert tests from our memory. PR_SET_CHILD_SUBREAPER: orphans of the program become our children.
+- each program run gets new user, IPC and pid namespaces (`_enter_run_namespaces`): its kill(-1) and SIGSTOPs
+  reach only its own processes, the driver has no pid it could name, and System V / POSIX IPC objects it made
+  are gone when it ends. A driver that cannot make them (asked to) refuses to start.
 - each program runs in its own session under `timeout -s KILL`, with rlimits (address space = memory_mb,
   CPU time, file size, open files, processes where asked) and oom_score_adj 1000, from an empty scratch folder.
 - a stdio test is over when the program's main process exits: its output is what the pipes hold then (up
@@ -40,6 +43,7 @@ import time
 
 EVENTS_HOLD_S = 0.25  # a test's event waits at most about this long for the rest of its job's (see hold)
 EVENTS_HOLD_BYTES = 1 << 20
+SYNTAX_CHECK_S = 5.0  # a Python program's syntax check (compile(), in a child) ends by then: CE after (see batch.py)
 
 
 class _Driver:
@@ -51,6 +55,7 @@ class _Driver:
         self.timeout_bin = shutil.which("timeout") or "/usr/bin/timeout"
         self.runner_source = batch["runner"]
         self.nproc = batch.get("nproc")
+        self.namespaces = bool(batch.get("namespaces"))  # new user, IPC and pid namespaces for every run
         # Python programs are forked from a warm interpreter when the batch asks for it (see forkserver.py)
         self.forkserver = _ForkServer(self, batch["forkserver"]) if batch.get("forkserver") else None
         self.session = None  # the _RpcSession running now, for SIGALRM
@@ -142,10 +147,15 @@ class _Driver:
                 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGALRM):
                     signal.signal(sig, signal.SIG_DFL)
                 _set_limits(job, cpu_s, self.nproc, memory_mb)
-                # Our non-dumpable flag makes /proc/self root-owned; the program is dumpable after exec anyway.
+                # Our non-dumpable flag makes /proc/self root-owned: dumpable just for this write.
                 _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 with open("/proc/self/oom_score_adj", "w") as f:
                     f.write("1000")  # if memory runs out, the program goes first, not the driver
+                if self.namespaces:
+                    # the stand-in left outside stays non-dumpable: the program can reach it through /proc
+                    _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+                    _enter_run_namespaces()
+                    _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
                 os.chdir(self.workdir)
                 os.execve(argv[0], argv, env)
             except BaseException as e:  # noqa: BLE001 - report and vanish
@@ -361,7 +371,7 @@ class _Driver:
             code = 0
             try:
                 os.close(r)
-                _set_limits(job, 10, None, job["memory_mb"])
+                _set_limits(job, SYNTAX_CHECK_S, None, job["memory_mb"])
                 compile(job["program"], "solution.py", "exec")
             except BaseException as e:  # noqa: BLE001 - SyntaxError, ValueError (NUL), MemoryError, ...
                 os.write(w, ("%s: %s" % (type(e).__name__, e)).encode("utf-8", "replace")[:OUT_TAIL])
@@ -369,7 +379,7 @@ class _Driver:
             os._exit(code)
         os.close(w)
         message = b""
-        end = time.monotonic() + 15.0
+        end = time.monotonic() + SYNTAX_CHECK_S
         while time.monotonic() < end:
             ready, _, _ = select.select([r], [], [], end - time.monotonic())
             chunk = os.read(r, 65536) if ready else b""
@@ -378,10 +388,10 @@ class _Driver:
             message += chunk
         os.close(r)
         proc = _Proc(pid, None, None)
-        if not self.wait_exit(proc, time.monotonic() + 5.0):
+        if not self.wait_exit(proc, time.monotonic() + 1.0):
             _kill(pid)
-            self.wait_exit(proc, time.monotonic() + 5.0)
-            return "compiling the program took longer than 15 s"
+            self.wait_exit(proc, time.monotonic() + 2.0)
+            return "compiling the program took longer than %g s" % SYNTAX_CHECK_S
         if proc.exit_code == 0:
             return None
         return message.decode("utf-8", "replace") or "the compiler ended abnormally"
@@ -485,6 +495,27 @@ class _Requests:
         return json.loads(body)
 
 
+def _namespaces_problem():
+    """Why a child cannot enter new user, IPC and pid namespaces here (None when it can)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            _enter_run_namespaces()
+            os._exit(0 if os.getpid() == 1 else 3)
+        except BaseException as e:  # noqa: BLE001 - report and vanish
+            os.write(w, repr(e).encode()[:500])
+        os._exit(2)
+    os.close(w)
+    message = os.read(r, 1000).decode("utf-8", "replace")
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return None
+    return message or "the probe ended with status %d" % status
+
+
 def _main():
     if _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         _Driver.emit({"fatal": "prctl failed (errno %d)" % ctypes.get_errno()})
@@ -493,6 +524,10 @@ def _main():
     batch = requests.next(None)
     if batch is None:
         return 0
+    problem = _namespaces_problem() if batch.get("namespaces") else None
+    if problem:  # never run programs without the isolation the host asked for
+        _Driver.emit({"fatal": "this sandbox cannot give each program its own namespaces: %s" % problem})
+        return 2
     driver = _Driver(batch)  # the sandbox's settings (scratch, pid namespace, fork server) come with the first
     while batch is not None:
         driver.emit({"hello": os.getpid()})

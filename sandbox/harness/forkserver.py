@@ -5,23 +5,26 @@ Started by the driver as `python3 -I -B -c PROCESSES_AND_THIS_SOURCE` with its c
 SOCK_SEQPACKET) at fd 3, an empty memfd as stdin, a pipe as stdout (so its std streams are set up as a
 program's will be: stdin seekable, stdout a block-buffered pipe, stderr line-buffered). It never receives
 a test, an expected output or anything of another program: only, per run, a request
-  {"argv": ["solution.py"] or ["-c", SOURCE, ARG...], "workdir", "cpu_s", "memory_mb", "file_mb", "nproc"}
+  {"argv": ["solution.py"] or ["-c", SOURCE, ARG...], "workdir", "cpu_s", "memory_mb", "file_mb", "nproc",
+   "namespaces"}
 with the run's stdin, stdout and stderr (and extra fds for the call/assert runner) attached (SCM_RIGHTS).
 It answers {"pid": pid} once the child exists and {"exit": pid, "status": wait status, "cpu_s": s} when it
 has ended (it waits for nothing else meanwhile: the driver runs one program at a time).
 
 The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
-2, 3..., every other fd closed, the run's rlimits, dumpable (the server itself is not: the child can
+2, 3..., every other fd closed, the run's rlimits, new user, IPC and pid namespaces when asked (the program
+runs in a grandchild, pid 1 of its namespace, with no capability; see `_enter_run_namespaces`), dumpable (the server itself is not: the child can
 neither ptrace it nor read its memory), oom_score_adj 1000 (the server's own, inherited: if memory runs
 out, a program or the server goes, never the driver), the work folder as cwd. It then runs the program
 as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
 an uncaught exception, non-daemon threads joined, atexit handlers, streams flushed. Differences from a
 fresh interpreter: the modules the server imported are already loaded, and the hash seed is the server's
-(one per server: it lives as long as its driver, which may serve many batches). A program that kills the
-server only ends its own test (its child is then reaped by the driver, the subreaper, and the server
-restarted).
+(one per server: it lives as long as its driver, which may serve many batches). A program in its own pid
+namespace cannot signal the server; should the server die anyway, its child is reaped by the driver (the
+subreaper) and the server restarted.
 """
-# Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits come from there.
+# Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits and
+# _enter_run_namespaces come from there.
 import fcntl
 import gc
 import json
@@ -41,6 +44,8 @@ def _child(request, fds):
             os.dup2(fd, target)
         os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
+        if request.get("namespaces"):
+            _enter_run_namespaces()  # from here on, the program's own process (pid 1 of its namespace)
         _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.chdir(request["workdir"])
         argv = list(request["argv"])

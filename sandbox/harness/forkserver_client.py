@@ -69,7 +69,8 @@ class _ForkServer:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         request = {"argv": list(argv), "workdir": self.d.workdir, "cpu_s": cpu_s or job["time_s"],
-                   "memory_mb": job["memory_mb"], "file_mb": job["file_mb"], "nproc": self.d.nproc}
+                   "memory_mb": job["memory_mb"], "file_mb": job["file_mb"], "nproc": self.d.nproc,
+                   "namespaces": self.d.namespaces}
         try:
             socket.send_fds(self.ctl, [json.dumps(request).encode()], [stdin_fd, out_w, err_w, *extra_fds])
             answer = self._receive(time.monotonic() + 5.0)

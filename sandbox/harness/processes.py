@@ -13,7 +13,56 @@ SPAWN_PATH = "/usr/local/bin:/usr/bin:/bin"  # where programs and their toolchai
 # Words an out-of-memory death leaves on stderr: Python and Java (OutOfMemoryError), C++, Node.
 _MEMORY_WORDS = (b"MemoryError", b"std::bad_alloc", b"heap out of memory")
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
+# Every program run gets namespaces of its own: a user namespace (which lets an unprivileged process make the
+# other two), an IPC namespace (System V shared memory, message queues and semaphores, POSIX message queues:
+# all gone when the run ends) and a pid namespace (its kill(-1) reaches only its own processes; the driver,
+# the fork server and the sandbox's pid 1 have no pid there). The Docker backend's seccomp profile allows
+# unshare() with exactly these flags and no others.
+CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWPID = 0x10000000, 0x08000000, 0x20000000
+JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWIPC | CLONE_NEWPID
 _LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _enter_run_namespaces():
+    """In a freshly forked child (single-threaded, its fds and rlimits already set): move into new user, IPC
+    and pid namespaces. The caller's process stays outside as a stand-in that waits for the program and
+    ends as it ended (exit code, or the same signal), so the driver tracks it like the program itself; the
+    program continues from here as pid 1 of its own namespace, with no capability (the user namespace's are
+    dropped at once). When the program ends, the kernel kills whatever it left in its namespace and, with the
+    last process, the namespace's System V and POSIX IPC objects go too. Raises OSError when unshare fails."""
+    if _LIBC.unshare(JOB_NAMESPACES) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "unshare(user, ipc, pid namespaces): %s" % os.strerror(err))
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()  # a session of its own: its kill(0) and killpg reach nothing outside its namespace either
+        header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3: all zero
+        if _LIBC.capset(ctypes.byref(header), data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
+        return
+    os.closerange(0, 65536)  # the pipes stay with the program alone: they end when it ends
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig != signal.SIGKILL:  # (SIGKILL's action cannot be set)
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
 class _Abort(BaseException):
