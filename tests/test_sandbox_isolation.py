@@ -247,3 +247,23 @@ def test_bwrap_says_whether_it_enforces_memory():
     finally:
         del os.environ["RLVR_SANDBOX_CGROUP"]
     assert not plain.memory_enforced and "memory_mb is not enforced" in plain.description()
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_stopper_in_a_group_costs_its_neighbours_nothing_through_the_reward_path(name, monkeypatch):
+    """The training path: a group of 8 completions scored by the code verifier (10 s timeout per call) in one
+    RewardFunction batch, one of them stopping every process it can signal: the other 7 score 1.0, in time."""
+    if (docker_problem() if name == "docker" else bwrap_problem()):
+        pytest.skip(f"{name} unavailable")
+    from rlvr.verifiers.reward import RewardFunction, VerifierSpec
+
+    stopper = "```python\nimport os, signal\ntry:\n    os.kill(-1, signal.SIGSTOP)\nexcept OSError:\n    pass\nprint(7)\n```"
+    right = "```python\nprint(sum(map(int, input().split())))\n```"
+    sample = {"tests": [{"input": "3 4\n", "output": "7\n"}], "limits": {"time_s": 2}}
+    with RewardFunction([VerifierSpec("code", kwargs={"backend": name}, timeout_s=10)], num_workers=1) as reward_fn:
+        reward_fn.score([right], [sample])  # warm: the worker, its sandbox
+        started = time.monotonic()
+        results = reward_fn.score([stopper] + [right] * 7, [sample] * 8)
+        wall_s = time.monotonic() - started
+    assert [r.scores["code"] for r in results] == [1.0] * 8
+    assert wall_s < 10.0, f"the group took {wall_s:.1f} s"

@@ -7,6 +7,7 @@ says that it does not enforce memory_mb. RLVR_SANDBOX_CGROUP=0 turns them off.
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import threading
@@ -31,6 +32,7 @@ class MemoryCgroups:
                 self._make_parent()
             except OSError as e:
                 self.problem = f"cannot create a memory cgroup: {e}"
+            atexit.register(self.close)  # (a later process sweeps it when we die without atexit)
 
     def available(self) -> bool:
         return self.problem is None
@@ -69,7 +71,8 @@ class MemoryCgroups:
         return Cgroup(path)
 
     def close(self) -> None:
-        if self.parent is not None:
+        """Remove our folder (it is empty once every batch's cgroup is gone); of this process only."""
+        if self.parent is not None and self.parent.name == f"{PREFIX}{os.getpid()}":
             _rmdir(self.parent)
 
 
