@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from rlvr.verifiers.math_extract import find_boxed
@@ -23,6 +24,19 @@ from rlvr.verifiers.registry import verifier
 
 _TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _END_OF_TURN = re.compile(r"(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|</s>|<｜end▁of▁sentence｜>|<end_of_turn>))+\s*$")
+
+
+# Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern); with the Unicode format
+# (Cf: U+200B, U+2060, U+FEFF, U+00AD), control (Cc) and separator (Z*) categories they do not make a block non-empty.
+_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` shows nothing: only whitespace, format characters (zero-width space, word joiner,
+    byte-order mark, soft hyphen), control characters and blank lookalikes."""
+    return all(
+        ch in _BLANK_LOOKALIKES or unicodedata.category(ch) in ("Cf", "Cc", "Zs", "Zl", "Zp") for ch in text
+    )
 
 
 @dataclass(frozen=True)
@@ -41,7 +55,8 @@ def check_r1_format(
     prefilled_think: bool = False,
 ) -> FormatVerdict:
     """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then only
-    whitespace.
+    whitespace. A block is empty when it shows nothing (:func:`is_blank`: zero-width and other invisible
+    characters count as nothing).
 
     Leading whitespace is allowed before the think block and only whitespace between the two blocks; a
     trailing end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When
@@ -73,13 +88,13 @@ def check_r1_format(
     answer_end = body.index(a_close)
     if not think_end < answer_start < answer_end:
         return FormatVerdict(False, f"tags out of order, expected {t_open}..{t_close} {a_open}..{a_close}")
-    if not body[len(t_open) : think_end].strip():
+    if is_blank(body[len(t_open) : think_end]):
         return FormatVerdict(False, f"empty {think_tag} block")
-    if body[think_end + len(t_close) : answer_start].strip():
+    if not is_blank(body[think_end + len(t_close) : answer_start]):
         return FormatVerdict(False, f"text between {t_close} and {a_open}")
-    if not body[answer_start + len(a_open) : answer_end].strip():
+    if is_blank(body[answer_start + len(a_open) : answer_end]):
         return FormatVerdict(False, f"empty {answer_tag} block")
-    if body[answer_end + len(a_close) :].strip():
+    if not is_blank(body[answer_end + len(a_close) :]):
         return FormatVerdict(False, f"text after {a_close}")
     return FormatVerdict(True, "ok")
 
@@ -113,4 +128,4 @@ def r1_format(
 def boxed_format(completion: str, sample: dict) -> float:
     """1.0 if ``completion`` contains a ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces and
     non-empty content, else 0.0. Reads no sample fields."""
-    return 1.0 if any(content.strip() for content in find_boxed(completion)) else 0.0
+    return 1.0 if any(not is_blank(content) for content in find_boxed(completion)) else 0.0

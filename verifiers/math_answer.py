@@ -15,6 +15,12 @@ equal only when their normalized texts are identical. A gold given as boxes name
 (``\\boxed{4} red and \\boxed{9} blue``) is an ordered answer: ``4, 9``, not ``9, 4``. A response whose box
 never closes has no answer (reason ``unclosed \\boxed``).
 
+Extraction (:mod:`rlvr.verifiers.math_extract`): :func:`judge_math` reads a response leniently by default
+(judging outside text: the last sentence with math counts); the registered ``math`` verifier, the training
+reward, reads only final-answer markers (``extraction="marked"``: a box, a closed ``<answer>`` block, "the
+answer is"), and a completion cut at the length limit (``finish_reason == "length"`` in the sample) has an
+answer only where such a marker closed before the cut.
+
 ``math_equal`` has no timeout of its own (sympy can be slow on adversarial input); the registered ``math``
 verifier runs inside :class:`rlvr.verifiers.reward.RewardFunction`'s worker processes, which kill a call that
 runs past its deadline. Exact numbers that would need more than ``MAX_DIGITS`` digits are never evaluated.
@@ -27,7 +33,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from rlvr.verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
-from rlvr.verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
+from rlvr.verifiers.format_tags import prompt_prefills_think
+from rlvr.verifiers.math_extract import EXTRACTION_MODES, extract_answer, has_unclosed_box, labelled_box_parts
 from rlvr.verifiers.math_normalize import normalize
 from rlvr.verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
 from rlvr.verifiers.registry import verifier
@@ -48,7 +55,14 @@ class MathVerdict:
 
 
 def judge_math(
-    gold: str | int | float, pred: str, *, min_sig_digits: int = 6, problem: str | None = None
+    gold: str | int | float,
+    pred: str,
+    *,
+    min_sig_digits: int = 6,
+    problem: str | None = None,
+    extraction: str = "lenient",
+    truncated: bool = False,
+    prefilled_think: bool = False,
 ) -> MathVerdict:
     """Judge a response (or a bare answer) ``pred`` against ``gold`` and say why.
 
@@ -59,9 +73,15 @@ def judge_math(
         min_sig_digits: significant digits a decimal needs to match a non-equal exact value approximately.
         problem: the question, when known. Arbitrary constants may be renamed (``y = A e^x`` for
             ``y = C e^x``) only when the name appears in neither the problem nor the other side.
+        extraction: how the answer is found in ``pred``: ``"lenient"`` or ``"marked"`` (final-answer markers
+            only), see :func:`rlvr.verifiers.math_extract.extract_answer`.
+        truncated: ``pred`` was cut at the length limit: it has an answer only where a marker closed before
+            the cut.
+        prefilled_think: the prompt ended in ``<think>``, so ``pred`` starts inside the reasoning block.
 
     Raises:
         TypeError: ``pred`` is not a str, ``gold`` is not a str/int/float, or ``problem`` is not a str.
+        ValueError: ``extraction`` is not ``"lenient"`` or ``"marked"``.
     """
     if isinstance(gold, bool) or not isinstance(gold, (str, int, float)):
         raise TypeError(f"gold must be a str, int or float, got {type(gold).__name__}")
@@ -70,11 +90,16 @@ def judge_math(
     if problem is not None and not isinstance(problem, str):
         raise TypeError(f"problem must be a str or None, got {type(problem).__name__}")
     gold_text = extract_answer(str(gold)) or str(gold).strip()
-    pred_text = extract_answer(pred)
+    pred_text = extract_answer(pred, extraction=extraction, truncated=truncated, prefilled_think=prefilled_think)
     if not gold_text:
         return MathVerdict(None, None, pred_text, "empty gold")
     if pred_text is None:
-        reason = "unclosed \\boxed" if has_unclosed_box(pred) else "no answer found"
+        if has_unclosed_box(pred):
+            reason = "unclosed \\boxed"
+        elif truncated:
+            reason = "cut off before a final answer"
+        else:
+            reason = "no final-answer marker" if extraction == "marked" else "no answer found"
         return MathVerdict(False, gold_text, None, reason)
     cfg = CompareConfig(min_sig_digits=min_sig_digits)
     gold_answer: Answer | None
@@ -136,6 +161,18 @@ def _problem_of(sample: dict, problem_field: str | None) -> str | None:
     return problem if isinstance(problem, str) else None
 
 
+def _reading(sample: dict, extraction: str) -> dict:
+    """How a training sample's completion is read: its extraction mode, whether it was cut at the length limit,
+    and whether the prompt opened the reasoning block."""
+    if extraction not in EXTRACTION_MODES:
+        raise ValueError(f"math verifier: extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+    return {
+        "extraction": extraction,
+        "truncated": sample.get("finish_reason") == "length",
+        "prefilled_think": prompt_prefills_think(str(sample.get("prompt", ""))),
+    }
+
+
 def _cache_key(
     completion: str,
     sample: dict,
@@ -143,9 +180,11 @@ def _cache_key(
     answer_field: str = "answer",
     min_sig_digits: int = 6,
     problem_field: str | None = "prompt",
+    extraction: str = "marked",
 ) -> Hashable:
     gold = _gold_of(sample, answer_field)
-    return (str(gold), extract_answer(completion), min_sig_digits, _problem_of(sample, problem_field))
+    answer = extract_answer(completion, **_reading(sample, extraction))
+    return (str(gold), answer, min_sig_digits, _problem_of(sample, problem_field))
 
 
 @verifier("math", cache_key=_cache_key, score_range=(0.0, 1.0))
@@ -156,9 +195,14 @@ def math_reward(
     answer_field: str = "answer",
     min_sig_digits: int = 6,
     problem_field: str | None = "prompt",
+    extraction: str = "marked",
 ) -> dict:
     """1.0 when the completion's final answer equals ``sample[answer_field]``, else 0.0; ``None`` when the
     gold cannot be judged. Returns ``{"score", "extracted", "reason"}``.
+
+    ``extraction``: ``"marked"`` (default) reads only final-answer markers (a box, a closed ``<answer>`` block,
+    "the answer is"); ``"lenient"`` also takes the last sentence with math. A sample with
+    ``finish_reason == "length"`` is read as cut off: only a marker closed before the cut is an answer.
 
     ``sample[problem_field]`` (the prompt, optional; ``None`` to ignore it) is the question: an arbitrary
     constant named in it is never renamed to match the gold (see :func:`judge_math`).
@@ -170,6 +214,7 @@ def math_reward(
         completion,
         min_sig_digits=min_sig_digits,
         problem=_problem_of(sample, problem_field),
+        **_reading(sample, extraction),
     )
     score = None if verdict.equal is None else float(verdict.equal)
     return {"score": score, "extracted": verdict.pred_answer, "reason": verdict.reason}

@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import re
 from dataclasses import dataclass
 
+import mpmath
 import sympy
 from sympy.core.function import AppliedUndef
 
 from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
-from rlvr.verifiers.math_units import units_compatible
+from rlvr.verifiers.math_numeric import evaluate, relatively_close
+from rlvr.verifiers.math_units import bare_amount_ratios, units_compatible
 
 _SAMPLE_POINTS = (
     sympy.Rational(7, 11), sympy.Rational(13, 9), sympy.Rational(23, 10), sympy.Rational(-5, 7), sympy.Rational(31, 17)
@@ -264,11 +265,12 @@ def _is_rounding_of(approx: Answer, exact: Answer) -> bool:
     a, e = approx.value, exact.value
     if not (isinstance(a, sympy.Expr) and isinstance(e, sympy.Expr)) or a.free_symbols or e.free_symbols:
         return False
-    if approx.decimal_digits is None:
-        try:
-            return abs(float(a) - float(e)) <= 0.5
-        except (TypeError, ValueError):
+    if approx.decimal_digits is None:  # an integer approximation: within half a unit
+        a_value, e_value = evaluate(a, 30), evaluate(e, 30)
+        if a_value is None or e_value is None:
             return False
+        with mpmath.workdps(30):
+            return bool(abs(a_value - e_value) <= 0.5)
     return rounds_to(a, approx.decimal_digits, e)
 
 
@@ -284,13 +286,11 @@ def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
     """
     if sig_digits < 1:
         raise ValueError(f"sig_digits must be >= 1, got {sig_digits}")
-    try:
-        size = abs(complex(approx.evalf(30)))
-    except (TypeError, ValueError):
+    value = evaluate(approx, 30)
+    if value is None or value == 0:
         return False
-    if size == 0 or not _finite(size):
-        return False
-    exponent = math.floor(math.log10(size))
+    with mpmath.workdps(30):
+        exponent = int(mpmath.floor(mpmath.log10(abs(value))))
     if approx.is_Rational:  # exact decade, so 0.1 or 1000.0 on a power of ten cannot be off by one
         magnitude = abs(sympy.Rational(approx))
         while magnitude >= sympy.Integer(10) ** (exponent + 1):
@@ -298,12 +298,12 @@ def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
         while magnitude < sympy.Integer(10) ** exponent:
             exponent -= 1
     half_unit = sympy.Rational(1, 2) * sympy.Integer(10) ** (exponent - sig_digits + 1)
-    try:
-        diff = abs(complex((approx - exact).evalf(sig_digits + 30)))
-    except (TypeError, ValueError, ArithmeticError):
-        return False
-    # compare at high precision: diff and half_unit are both far from float's 1e-308 floor here
-    return diff <= float(half_unit) * (1 + 1e-12)
+    diff = evaluate(approx - exact, sig_digits + 30)
+    half = evaluate(half_unit, 30)
+    if diff is None or half is None:
+        return False  # the exact side is not a finite number
+    with mpmath.workdps(sig_digits + 30):
+        return bool(abs(diff) <= abs(half) * (1 + mpmath.mpf(10) ** -12))
 
 
 def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) -> bool:
@@ -374,12 +374,13 @@ def _single_relations_equal(gold: Relation, pred: Relation) -> bool:
 def _constant_ratio(f: sympy.Expr, h: sympy.Expr) -> complex | None:
     """``f / h`` when it is the same number at every sample point (one equation a multiple of the other)."""
     free = f.free_symbols | h.free_symbols
-    ratios = [a / b for a, b in _sample_values((f, h), free) if abs(b) > 1e-12]
-    if len(ratios) >= (3 if free else 1):
-        first = ratios[0]
-        if all(abs(r - first) <= 1e-9 * max(1.0, abs(first)) for r in ratios):
-            return first
-        return None
+    with mpmath.workdps(30):
+        ratios = [a / b for a, b in _sample_values((f, h), free) if abs(b) > 1e-12]
+        if len(ratios) >= (3 if free else 1):
+            first = ratios[0]
+            if all(abs(r - first) <= 1e-9 * max(1, abs(first)) for r in ratios):
+                return complex(first) if abs(first) < 1e300 else None
+            return None
     try:  # too few usable points: ask sympy
         ratio = sympy.cancel(sympy.simplify(f / h))
     except Exception:  # noqa: BLE001
@@ -438,6 +439,8 @@ def scalars_equal(gold: Scalar, pred: Scalar, cfg: CompareConfig = CompareConfig
     p_value = pred.value * sympy.Rational(ratio.numerator, ratio.denominator) if ratio != 1 else pred.value
     g_value = gold.value
     candidates = [p_value]
+    # "50 cents" for a bare 0.50: a bare amount is in dollars
+    candidates += [pred.value * sympy.Rational(r.numerator, r.denominator) for r in bare_amount_ratios(pred.unit, gold.unit)]
     if gold.percent and not pred.percent:
         candidates.append(p_value * 100)
     elif pred.percent and not gold.percent:
@@ -478,18 +481,17 @@ def _numbers_equal(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int |
         return _decimal_close(g, p, g_dec, p_dec, cfg)
     if g.is_infinite or p.is_infinite or g.has(sympy.zoo, sympy.nan) or p.has(sympy.zoo, sympy.nan):
         return g == p
-    precision = cfg.exact_digits + 20
-    try:
-        a, b = complex(g.evalf(precision)), complex(p.evalf(precision))
-        diff = (g - p).evalf(precision)
-    except (TypeError, ValueError, ArithmeticError):
+    # arbitrary precision, unbounded exponent: e^{1000} is a number, not inf; a side that does not evaluate to a
+    # finite number is never equal to anything (math_numeric)
+    digits = min(cfg.exact_digits, 300)
+    a, b = evaluate(g, digits + 20), evaluate(p, digits + 20)
+    if a is None or b is None:
         return False
-    scale = max(abs(a), abs(b), 1e-300)
-    try:
-        diff_abs = abs(complex(diff))
-    except (TypeError, ValueError):
-        return False
-    if diff_abs <= scale * 10.0 ** (-min(cfg.exact_digits, 300)) or diff == 0:
+    # sympy's evalf finds the digits of a difference however small (it raises its precision where terms cancel),
+    # so a difference with significant digits is proven nonzero (42 + e^{-1000} is not 42), and one that cancels
+    # to no significant digit is zero; the relative test is for differences sympy cannot evaluate
+    diff = evaluate(g - p, digits + 20)
+    if diff is not None and diff == 0 or diff is None and relatively_close(a, b, digits):
         return True
     return _decimal_close(g, p, g_dec, p_dec, cfg)
 
@@ -535,29 +537,28 @@ def _symbolic_equal(g: sympy.Expr, p: sympy.Expr, cfg: CompareConfig) -> bool:
         sympy.Sum, sympy.Product, sympy.Integral, sympy.Derivative, AppliedUndef
     ):
         return _simplify_zero(g - p)  # sample values would make bounds and functions meaningless
-    pairs = list(_sample_values((g, p), g.free_symbols | p.free_symbols))
-    if any(abs(a - b) > 1e-12 * max(1.0, abs(a), abs(b)) for a, b in pairs):
+    # the difference itself at each point: evalf finds its digits however small, so x + e^{-1000} is not x and
+    # e^{-1000} x is not 0, while an identity evaluates to zero (no significant digit)
+    points = list(_sample_values((g - p,), g.free_symbols | p.free_symbols))
+    if any(diff != 0 for (diff,) in points):
         return False
-    if len(pairs) >= 3:
+    if len(points) >= 3:
         return True
     return _simplify_zero(g - p)
 
 
 def _sample_values(exprs: tuple[sympy.Expr, ...], free: set[sympy.Basic]):
-    """Yield the values of ``exprs`` (complex) at fixed, distinct sample points where all are finite."""
+    """Yield the values of ``exprs`` (mpmath complex, 30 digits, unbounded exponent) at fixed, distinct sample
+    points where all are finite numbers."""
     symbols = sorted(free, key=str)
     for shift in range(len(_SAMPLE_POINTS)):
         point = {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
         try:
-            values = tuple(complex(e.subs(point).evalf(30)) for e in exprs)
+            values = tuple(evaluate(e.subs(point), 30) for e in exprs)
         except (TypeError, ValueError, ArithmeticError, RecursionError):
             continue
-        if all(map(_finite, values)):
+        if all(v is not None for v in values):
             yield values
-
-
-def _finite(z: complex) -> bool:
-    return z == z and abs(z) != float("inf")
 
 
 def _simplify_zero(e: sympy.Expr) -> bool:

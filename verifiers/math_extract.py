@@ -22,6 +22,20 @@ Order of evidence (the first that exists wins):
 8. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
    its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
 
+Two extraction modes (``extraction=``):
+
+* ``"lenient"`` (the default of :func:`extract_answer`, for judging outside text, e.g. ``rlvr verify math``):
+  all of the above.
+* ``"marked"`` (the training default of the ``math`` verifier): only a final-answer marker gives an answer:
+  a closed ``\\boxed{}``, a closed ``<answer>...</answer>`` block, or an anchor phrase (5). Steps 6-8 guess
+  an answer from unmarked prose; a policy trained on such guesses is rewarded for answers it never gave.
+  A reasoning block that never closes (``<think>`` without ``</think>``, or a prompt that prefilled
+  ``<think>``) has no answer, and only the text after ``</think>`` is searched.
+
+A completion cut at the length limit (``truncated=True``) is read in ``"marked"`` mode whatever was asked,
+and an anchor counts only when its sentence ended before the cut: "... might be 42. But wait, I should
+double-check" has no answer, nor has "The answer is 4" (it may have been 42).
+
 :func:`extract_answer` is idempotent on what it returns, and runs in time linear in the response length
 (no nested quantifiers), so it is safe to call in the trainer process.
 """
@@ -29,6 +43,8 @@ Order of evidence (the first that exists wins):
 from __future__ import annotations
 
 import re
+
+from rlvr.verifiers.math_words import number_from_words
 
 MAX_CHARS = 30_000
 """Only the last 30,000 characters of a response are searched (the final answer is at the end); this
@@ -149,20 +165,48 @@ def find_boxed(text: str) -> list[str]:
     return [content for _, _, content in find_boxed_spans(text)]
 
 
-def extract_answer(completion: str) -> str | None:
+EXTRACTION_MODES = ("lenient", "marked")
+
+
+def extract_answer(
+    completion: str, *, extraction: str = "lenient", truncated: bool = False, prefilled_think: bool = False
+) -> str | None:
     """The final answer of a model response, as a string, or ``None`` when it gives none.
 
     See the module docstring for the order of evidence. Multi-part boxed answers come back joined with
     ``", "``. Used for scoring and for majority voting (maj@k), so equal answers should come back as
     equal strings more often than not; equivalence is decided by :func:`rlvr.verifiers.math_answer.math_equal`.
+
+    Args:
+        completion: the model's response.
+        extraction: ``"lenient"`` (every step of the module docstring) or ``"marked"`` (final-answer markers
+            only: boxes, closed ``<answer>`` blocks, anchor phrases; an unclosed ``<think>`` is no answer).
+        truncated: the completion was cut at the length limit (``finish_reason == "length"``): read as
+            ``"marked"``, and an anchor's sentence must have ended before the cut.
+        prefilled_think: the prompt ended in ``<think>`` (the chat template opened the reasoning block), so
+            the completion starts inside it (``"marked"`` mode only).
+
+    Raises:
+        TypeError: ``completion`` is not a str.
+        ValueError: ``extraction`` is not one of ``EXTRACTION_MODES``.
     """
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
-    text = _final_region(completion)
+    if extraction not in EXTRACTION_MODES:
+        raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+    if extraction == "marked" or truncated:
+        region = _marked_region(completion, prefilled_think)
+        if region is None:
+            return None
+        text, in_answer_block = region
+    else:
+        text, in_answer_block = _final_region(completion), True
     if _has_unclosed_box(text):
         return None  # a cut-off "\boxed{12" may have been "\boxed{123}": no answer, never a guess
     boxes = find_boxed_spans(text)
     anchor = _last_anchor(text)
+    if anchor is not None and truncated and not anchor[2] and (not boxes or anchor[0] >= boxes[-1][1]):
+        return None  # the last stated answer was cut mid-sentence: "The answer is 4" may have been 42
     if boxes:
         if anchor is not None and anchor[0] >= boxes[-1][1]:  # "\\boxed{200} ... The final answer is 10,455"
             reduced = _reduce(anchor[1])
@@ -174,6 +218,8 @@ def extract_answer(completion: str) -> str | None:
         return ", ".join(parts) if parts else None
     if anchor is not None:
         return _reduce(anchor[1])
+    if not in_answer_block:
+        return None  # "marked": unmarked prose is no answer
     stripped = _strip_outer(text)
     if stripped and _is_bare_answer(stripped):
         return stripped
@@ -204,6 +250,34 @@ def _final_region(completion: str) -> str:
         elif inner.strip():
             text = inner
     return _HOPE.sub("", text)
+
+
+def _marked_region(completion: str, prefilled_think: bool) -> tuple[str, bool] | None:
+    """The part of ``completion`` where ``"marked"`` extraction looks, and whether it is the content of a closed
+    ``<answer>`` block (itself a marker); ``None`` when the reasoning block never closed or nothing follows it."""
+    text = completion[-MAX_CHARS:]
+    cut = _CHAT_TOKENS.search(text)
+    if cut:
+        text = text[: cut.start()]
+    think_open, think_close = text.rfind("<think>"), text.rfind("</think>")
+    if think_close >= 0 and think_open < think_close:
+        text = text[think_close + len("</think>") :]
+    elif think_open >= 0 or prefilled_think:
+        return None  # cut (or stopped) inside the reasoning: a tentative value there is no answer
+    if not text.strip():
+        return None
+    open_at = text.rfind(_ANSWER_OPEN)
+    if open_at >= 0:
+        inner = text[open_at + len(_ANSWER_OPEN) :]
+        close_at = inner.find(_ANSWER_CLOSE)
+        if close_at < 0:
+            return inner, False  # an unclosed block: only a closed box or anchor inside it counts
+        after = inner[close_at + len(_ANSWER_CLOSE) :]
+        if _BOX_COMMAND.search(after):  # "<answer>4</answer> so \boxed{3}": the box is the final answer
+            return after, False
+        if inner[:close_at].strip():
+            return _HOPE.sub("", inner[:close_at]), True
+    return _HOPE.sub("", text), False
 
 
 def has_unclosed_box(completion: str) -> bool:
@@ -270,8 +344,9 @@ def labelled_box_parts(gold: str) -> list[str] | None:
     return parts if all(parts) else None
 
 
-def _last_anchor(text: str) -> tuple[int, str] | None:
-    """``(position, text after it up to the end of the sentence)`` for the last anchor phrase."""
+def _last_anchor(text: str) -> tuple[int, str, bool] | None:
+    """``(position, text after it up to the end of the sentence, whether that sentence ended before the end of
+    the text)`` for the last anchor phrase."""
     # Every anchor contains one of these words; find them at C speed, then try the full pattern near the
     # last ones only (the full pattern over a 30,000-character response costs milliseconds).
     for key in reversed(list(_ANCHOR_KEYS.finditer(text))):
@@ -279,8 +354,12 @@ def _last_anchor(text: str) -> tuple[int, str] | None:
         for match in _ANCHORS.finditer(text, max(0, key.start() - 40), min(len(text), key.end() + 40)):
             last = match
         if last is not None:
-            candidate = _sentence(text[last.end() :].lstrip())
-            return (last.start(), candidate) if candidate.strip() else None
+            rest = text[last.end() :].lstrip()
+            candidate = _sentence(rest)
+            after = rest[len(candidate) :]
+            # the sentence ended where something follows its end: a period at the very end may be "42." of "42.5"
+            ended = bool(after) and not (after in (".", "!", "?"))
+            return (last.start(), candidate, ended) if candidate.strip() else None
     return None
 
 
@@ -331,6 +410,8 @@ def _reduce(candidate: str) -> str | None:
         return None
     if _TRUNCATED_END.search(candidate):
         return None
+    if number_from_words(candidate.rstrip(".")) is not None:  # "The answer is twenty-one."
+        return candidate.rstrip(".")
     if _CHOICE_WITH_TEXT.match(candidate):  # "The answer is C: the second option."
         return _strip_outer(candidate)
     envs = list(_MATH_ENV.finditer(candidate))

@@ -30,7 +30,8 @@ import sympy
 from sympy.core.function import AppliedUndef
 
 from rlvr.verifiers.math_normalize import normalize
-from rlvr.verifiers.math_units import Unit, split_unit
+from rlvr.verifiers.math_units import Unit, compound_quantity, split_unit
+from rlvr.verifiers.math_words import number_from_words
 
 MAX_DIGITS = 20_000
 """Largest exact number (in decimal digits) evaluation may create; 2004! has 5,736."""
@@ -162,6 +163,9 @@ def _as_record(answer: Answer) -> Answer:
 
 def _parse_group(s: str, decimal_comma: bool) -> Answer:
     s = s.strip()
+    compound = _compound(s) or _number_in_words(s)
+    if compound is not None:  # "1 h 30 min", "30^\\circ 30'", "one hundred and five": one quantity, not a list
+        return compound
     value, _ = split_unit(s)
     if _THOUSANDS_RE.match(value):  # "1,000.99", "12,345 \\text{ m}^2"
         return _parse_scalar(s.replace(",", "", value.count(",")))
@@ -188,7 +192,7 @@ def _parse_element(s: str) -> Answer:
     if choice:
         return Choice(choice.group(1) or choice.group(2))
     if _is_text(s):
-        return Text(_text_key(s))
+        return _number_in_words(s) or Text(_text_key(s))
     pieces, ops = _split_relations(s)
     if ops:
         if any(not p.strip() for p in pieces):
@@ -356,9 +360,40 @@ def _latex_to_sympy(s: str, convert_degrees: bool) -> sympy.Basic:
 
 def _evaluate(expr: sympy.Basic) -> sympy.Basic:
     try:
-        return expr.doit()
+        expr = expr.doit()
+        if isinstance(expr, sympy.MatrixExpr):  # "\\sqrt{2}\\begin{pmatrix}1\\\\2\\end{pmatrix}": the evaluated matrix
+            expr = sympy.ImmutableMatrix(expr.as_explicit())
+        return expr
     except Exception:  # noqa: BLE001 - leave what sympy cannot evaluate as it is
         return expr
+
+
+_AMOUNT = r"(\d+(?:\.\d+)?)"
+_PRIME = r"(?:'|′|\^\{?\\prime\}?|\\prime)"
+_DOUBLE_PRIME = r"(?:''|″|\"|\^\{?\\prime\\prime\}?|\\prime\\prime)"
+_DEGREES_MINUTES = re.compile(
+    rf"^{_AMOUNT}\s*\^\{{\\circ\}}\s*{_AMOUNT}\s*{_PRIME}(?:\s*{_AMOUNT}\s*{_DOUBLE_PRIME})?$"
+)
+
+
+def _number_in_words(s: str) -> Scalar | None:
+    """``seven``, ``\\text{Twenty-one}``: a whole number in words; None for other text."""
+    number = number_from_words(_text_key(s)) if _is_text(s) else None
+    return None if number is None else Scalar(sympy.Integer(number), source=s)
+
+
+def _compound(s: str) -> Scalar | None:
+    """An angle in degrees, minutes and seconds (``30^{\\circ}30'`` is 30.5 degrees), or an amount in several
+    units of one dimension (``1 h 30 min`` is 90 min); None for anything else."""
+    m = _DEGREES_MINUTES.match(s)
+    if m:
+        degrees = sympy.Rational(m.group(1)) + sympy.Rational(m.group(2)) / 60 + sympy.Rational(m.group(3) or 0) / 3600
+        return Scalar(degrees, degree=True, source=s)
+    quantity = compound_quantity(s)
+    if quantity is not None:
+        value, unit = quantity
+        return Scalar(sympy.Rational(value.numerator, value.denominator), unit=unit, source=s)
+    return None
 
 
 def digits_bound(expr: sympy.Basic) -> float:

@@ -163,6 +163,9 @@ def split_unit(answer: str) -> tuple[str, Unit | None]:
         text = text[m.end() :].strip()
         name = "usd" if "$" in m.group() or "USD" in m.group() else m.group().strip()
         unit = Unit(name, (("money", 1),), Fraction(1), known=False)
+    m = re.search(r"(?:¢|\\cent|\\text\s*\{\s*¢\s*\})\s*$", text)
+    if m and _has_value(text[: m.start()]):
+        return text[: m.start()].strip(), parse_unit("cents")
     m = _TRAILING_CURRENCY.search(text)
     if m and text[: m.start()].strip():
         text = text[: m.start()].strip()
@@ -204,3 +207,44 @@ def units_compatible(a: Unit | None, b: Unit | None) -> tuple[bool, Fraction]:
     if a.dimension != b.dimension:
         return False, Fraction(1)
     return True, a.factor / b.factor
+
+
+_AMOUNT_WITH_UNIT = re.compile(
+    r"\s*(?P<amount>\d+(?:\.\d+)?)\s*(?:\\text\s*\{\s*)?(?P<word>[A-Za-z]+)\.?\s*(?:,|\band\b)?\s*\}?\s*"
+    r"(?:,|\band\b|\\[,;: ]|~)?\s*"
+)
+
+
+def compound_quantity(text: str) -> tuple[Fraction, Unit] | None:
+    """A quantity written in several units of one dimension, largest first: ``1 h 30 min`` -> ``(90, min)``,
+    ``2 ft 6 in`` -> ``(30, in)``, ``1 hour and 30 minutes`` -> ``(90, minutes)``: the sum in the smallest unit.
+    ``None`` for anything else (one amount, unknown words, mixed dimensions, units not in decreasing size)."""
+    parts: list[tuple[Fraction, Unit]] = []
+    pos = 0
+    while pos < len(text):
+        m = _AMOUNT_WITH_UNIT.match(text, pos)
+        if m is None or m.end() == pos:
+            return None
+        unit = parse_unit(m.group("word"))
+        if unit is None or not unit.known:
+            return None
+        parts.append((Fraction(m.group("amount")), unit))
+        pos = m.end()
+    if len(parts) < 2 or len({unit.dimension for _, unit in parts}) != 1:
+        return None
+    factors = [unit.factor for _, unit in parts]
+    if any(a <= b for a, b in zip(factors, factors[1:])):
+        return None  # "30 min 1 h" or "2 m 3 m" is not one quantity
+    smallest = parts[-1][1]
+    return sum(amount * unit.factor for amount, unit in parts) / smallest.factor, smallest
+
+
+def bare_amount_ratios(a: Unit | None, b: Unit | None) -> list[Fraction]:
+    """Extra ratios under which a money amount with a known unit equals a bare amount: a bare number is in
+    dollars, so ``50 cents`` (``a``) equals a bare ``0.50`` (``b``) at ratio 1/100. Empty unless exactly one side
+    has a known money unit and the other none."""
+    if a is not None and b is None and a.known and a.dimension == (("usd", 1),) and a.factor != 1:
+        return [a.factor]
+    if b is not None and a is None and b.known and b.dimension == (("usd", 1),) and b.factor != 1:
+        return [1 / b.factor]
+    return []

@@ -32,6 +32,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     math = kinds.add_parser("math", help="is the final answer of --pred equal to --gold?")
     math.add_argument("--gold", help="reference answer (or a full reference solution)")
     math.add_argument("--pred", help="model response or answer")
+    math.add_argument("--extraction", choices=["lenient", "marked"], default="lenient",
+                      help="lenient (default): the last sentence with math counts when no marker does; marked: only "
+                           "a \\boxed{}, a closed <answer> block or 'the answer is' (the training default)")
+    math.add_argument("--truncated", action="store_true",
+                      help="--pred was cut at the length limit (a file row says so with \"finish_reason\": \"length\")")
     _add_common(math, "JSONL with fields 'gold' and 'pred'")
 
     fmt = kinds.add_parser("format", help="R1 <think>..</think><answer>..</answer> layout")
@@ -79,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.kind == "math":
         single = {"gold": args.gold, "pred": args.pred} if args.file is None else None
+        if single is not None and args.truncated:
+            single["finish_reason"] = "length"
         if args.file is None and (args.gold is None or args.pred is None):
             print("error: give --gold and --pred, or --file", file=sys.stderr)
             return 2
@@ -107,7 +114,7 @@ def _spec(args: argparse.Namespace) -> Any:
     from rlvr.verifiers.reward import VerifierSpec
 
     if args.kind == "math":
-        return VerifierSpec("math", timeout_s=args.timeout)
+        return VerifierSpec("math", kwargs={"extraction": args.extraction}, timeout_s=args.timeout)
     kwargs = {"think_tag": args.think_tag, "answer_tag": args.answer_tag,
               "prefilled_think": True if args.prefilled_think else None}
     return VerifierSpec("format", kwargs=kwargs, timeout_s=args.timeout)
@@ -161,7 +168,7 @@ def _score_rows(rows: list[dict[str, Any]], reward_fn: Any, args: argparse.Names
             continue
         if args.kind == "math":
             completions.append(str(row["pred"]))
-            samples.append({"answer": row["gold"]})
+            samples.append({"answer": row["gold"], "finish_reason": row.get("finish_reason", "stop")})
         else:
             completions.append(str(row["completion"]))
             samples.append({"prompt": str(row.get("prompt", ""))})
