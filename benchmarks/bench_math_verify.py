@@ -29,12 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.machine import stamp  # noqa: E402
 from rlvr.verifiers import verifier  # noqa: E402
 from rlvr.verifiers.math_answer import math_equal  # noqa: E402
 from rlvr.verifiers.pool import Call, Status, VerifierPool  # noqa: E402
 from rlvr.verifiers.reward import RewardFunction, VerifierSpec  # noqa: E402
 
 HACKING_CATEGORIES = {"units", "tiny_huge_numbers", "hedging", "extraction_response", "decimal_vs_exact",
+                      "out_of_range", "truncated",
                       "plus_minus", "pathological", "multiple_choice"}
 
 
@@ -71,12 +73,13 @@ def load_cases() -> dict[str, list[dict]]:
     structured_extra = [{"id": f"structured-extra-{category}-{i}", "gold": g, "pred": p, "equal": e, "category": category}
                 for category, pairs in structured_lists.items() for i, (g, p, e) in enumerate(pairs)]
     return {"dev": _read_jsonl("math_cases.jsonl"), "extra": extra, "structured": _read_jsonl("math_cases_structured.jsonl"),
-            "structured-extra": structured_extra}
+            "structured-extra": structured_extra, "range-cut-units": _read_jsonl("math_cases_range_cut_units.jsonl")}
 
 
 def judge_all(cases: list[dict], target: str, timeout_s: float, kwargs: dict | None = None) -> list[tuple[bool | None, float]]:
     """Run ``target`` on every case in one worker (sequential, hard kill); returns (accepted, seconds)."""
-    calls = [Call(target, c["pred"], {"answer": c["gold"]}, kwargs or {}, timeout_s) for c in cases]
+    calls = [Call(target, c["pred"], {"answer": c["gold"], "finish_reason": c.get("finish_reason", "stop")}, kwargs or {},
+                  timeout_s) for c in cases]
     with VerifierPool(num_workers=1, max_chunk=len(calls)) as pool:
         outcomes = pool.run(calls)
     out: list[tuple[bool | None, float]] = []
@@ -163,7 +166,7 @@ def main() -> None:
     for corpus, cases in corpora.items():
         plain = judge_all(cases, "bench_plain_math_verify", args.timeout)
         wrapped = judge_all(cases, "bench_plain_math_verify", args.timeout, {"wrap_gold": True})
-        ours = judge_all(cases, "math", args.timeout)
+        ours = judge_all(cases, "math", args.timeout, {"extraction": "lenient"})  # judging outside text, as rlvr verify
         rows += [(corpus, accuracy_row("plain math-verify (defaults)", cases, plain)),
                  (corpus, accuracy_row("plain math-verify, gold in $...$", cases, wrapped)),
                  (corpus, accuracy_row("ours (rlvr.verifiers.math_answer)", cases, ours))]
@@ -176,7 +179,7 @@ def main() -> None:
     speed = throughput(speed_cases, args.repeat, args.workers, args.timeout)
 
     lines = ["# Math verifier vs plain math-verify", "",
-             f"Machine: {os.cpu_count()} CPU cores; math-verify {_version('math-verify')}, "
+             f"Measured {stamp()}, {os.cpu_count()} CPU cores; math-verify {_version('math-verify')}, "
              f"latex2sympy2_extended {_version('latex2sympy2_extended')}, sympy {_version('sympy')}. "
              f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
              "## Accuracy on labelled answer pairs", "",
@@ -184,7 +187,9 @@ def main() -> None:
              "`tests/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
              "`tests/data/math_cases_structured.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
              "stated-then-explained answers, option text, rounding, unclosed boxes); `structured-extra`: the labelled pairs "
-             "in `tests/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts). "
+             "in `tests/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts); "
+             "`range-cut-units`: `tests/data/math_cases_range_cut_units.jsonl` (values beyond a double's range, "
+             "completions cut at the length limit, money and compound units, scaled matrices, numbers in words). "
              "*Hack accepts*: wrong answers "
              f"accepted in the reward-hacking categories ({', '.join(sorted(HACKING_CATEGORIES))}). *Hangs*: killed "
              f"after {args.timeout:g} s (counted wrong).", "",
