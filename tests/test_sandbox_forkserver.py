@@ -51,12 +51,13 @@ def test_a_forked_run_behaves_like_a_fresh_interpreter(name, fork_server, monkey
 @pytest.mark.security
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_program_cannot_kill_the_fork_server(name):
-    # The program is pid 1 of a pid namespace of its own: its parent, the fork server and every other process of
-    # the sandbox have no pid there, so each kill below misses (ESRCH, or itself, which ignores it as an init).
+    # The program lives in a pid namespace the fork server (and the driver, and the sandbox's pid 1) are not in: they
+    # have no pid there, so each kill below misses (ESRCH, or that namespace's pid 1, which ignores it).
     backend = _backend(name)
-    kill_all = ("import os, signal\nfor target in [os.getppid(), 0, -1] + [int(p) for p in os.listdir('/proc') "
-                "if p.isdigit()]:\n    try:\n        os.kill(target, signal.SIGKILL)\n    except OSError:\n"
-                "        pass\nprint(input())\n")
+    # (os.getppid() is 0 there, and kill(0) would be its own process group: itself)
+    kill_all = ("import os, signal\nfor target in [-1] + [int(p) for p in os.listdir('/proc') "
+                "if p.isdigit() and int(p) != os.getpid()]:\n    try:\n        os.kill(target, signal.SIGKILL)\n"
+                "    except OSError:\n        pass\nprint(input())\n")
     echo = "print(input())\n"
     tests = [{"input": "a\n", "output": "a\n"}, {"input": "b\n", "output": "b\n"}]
     jobs = [Job(echo, tests), Job(kill_all, tests), Job(echo, tests)]

@@ -15,18 +15,24 @@ ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}
 # tests/data/code_cases_languages.jsonl cr2-10: the labelled orphaned-daemon case.
 DAEMON = ("import os\na,b=map(int,input().split())\nprint(a+b,flush=True)\nif os.fork()==0:\n    os.setsid()\n"
           "    import time\n    while True: time.sleep(0.1)\n")
-# Prints how many processes in the sandbox are neither pid 1 (its init) nor itself or one of its ancestors
-# (its stand-in outside its own pid namespace, the fork server or `timeout`, the driver). Pids as the sandbox's
-# /proc names them (os.getpid() is 1 in the program's own namespace).
+# Prints how many processes in the sandbox, other than itself and its ancestors, are a program's: dumpable (their
+# environment readable), as the sandbox's own processes (pid 1, the driver, the fork server and its reaper, a
+# run's stand-in) are not. Pids as the sandbox's /proc names them (a program's own pid namespace renumbers it).
 OTHERS = """import os
 def ppid(pid):
     with open('/proc/%d/stat' % pid) as f:
         return int(f.read().rpartition(')')[2].split()[1])
+def a_program(pid):
+    try:
+        open('/proc/%d/environ' % pid, 'rb').close()
+        return True
+    except OSError:
+        return False
 mine, pid = {1}, int(os.readlink('/proc/self'))
 while pid > 0:
     mine.add(pid)
     pid = ppid(pid)
-print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine]))
+print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in mine and a_program(int(p))]))
 """
 
 

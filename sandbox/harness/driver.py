@@ -191,7 +191,10 @@ class _Driver:
         """Processes of the sandbox that are neither us, pid 1 nor the fork server (outside a pid namespace:
         our children but the fork server)."""
         self.reap()
-        keep = {os.getpid(), 1, self.forkserver.pid if self.forkserver is not None else None}
+        server = self.forkserver
+        keep = {os.getpid(), 1}
+        if server is not None:
+            keep |= {server.pid, server.init_pid}  # the fork server and its children's pid 1
         if not self.pid_namespace:
             return [pid for pid in _children(os.getpid()) if pid not in keep]
         return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in keep]

@@ -5,15 +5,16 @@ Started by the driver as `python3 -I -B -c PROCESSES_AND_THIS_SOURCE` with its c
 SOCK_SEQPACKET) at fd 3, an empty memfd as stdin, a pipe as stdout (so its std streams are set up as a
 program's will be: stdin seekable, stdout a block-buffered pipe, stderr line-buffered). It never receives
 a test, an expected output or anything of another program: only, per run, a request
-  {"argv": ["solution.py"] or ["-c", SOURCE, ARG...], "workdir", "cpu_s", "memory_mb", "file_mb", "nproc",
-   "namespaces"}
+  {"argv": ["solution.py"] or ["-c", SOURCE, ARG...], "workdir", "cpu_s", "memory_mb", "file_mb", "nproc"}
 with the run's stdin, stdout and stderr (and extra fds for the call/assert runner) attached (SCM_RIGHTS).
-It answers {"pid": pid} once the child exists and {"exit": pid, "status": wait status, "cpu_s": s} when it
+It says {"ready": its pid, "init": pid 1 of its children's pid namespace or null} once, then answers
+{"pid": pid} once the child exists and {"exit": pid, "status": wait status, "cpu_s": s} when it
 has ended (it waits for nothing else meanwhile: the driver runs one program at a time).
 
 The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
-2, 3..., every other fd closed, the run's rlimits, new user, IPC and pid namespaces when asked (the program
-runs in a grandchild, pid 1 of its namespace, with no capability; see `_enter_run_namespaces`), dumpable (the server itself is not: the child can
+2, 3..., every other fd closed, the run's rlimits, when started with the argument `namespaces` the server's
+children's pid namespace and user and IPC namespaces of its own, with no capability (see
+`_enter_server_namespaces`), dumpable (the server itself is not: the child can
 neither ptrace it nor read its memory), oom_score_adj 1000 (the server's own, inherited: if memory runs
 out, a program or the server goes, never the driver), the work folder as cwd. It then runs the program
 as `python3 -I -B` would: a fresh `__main__`, sys.argv, SystemExit codes, a traceback and exit code 1 for
@@ -25,6 +26,7 @@ subreaper) and the server restarted.
 """
 # Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits and
 # _enter_run_namespaces come from there.
+import ctypes
 import fcntl
 import gc
 import json
@@ -33,6 +35,7 @@ import sys
 import types
 
 _MAX_REQUEST = 1 << 20
+_NAMESPACES = sys.argv[1:] == ["namespaces"]  # started for a batch that asked for per-run namespaces
 
 
 def _child(request, fds):
@@ -44,8 +47,13 @@ def _child(request, fds):
             os.dup2(fd, target)
         os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
-        if request.get("namespaces"):
-            _enter_run_namespaces()  # from here on, the program's own process (pid 1 of its namespace)
+        if _NAMESPACES:
+            # The server's pid namespace is already ours; user and IPC namespaces are the run's own (no fork needed
+            # for these two: IPC objects, POSIX message queues and the user keyring go with the run), then no
+            # capability is left.
+            if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWIPC)")
+            _drop_capabilities()
         _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.chdir(request["workdir"])
         argv = list(request["argv"])
@@ -119,15 +127,49 @@ def _warm_up():
     gc.freeze()
 
 
+def _enter_server_namespaces():
+    """Once, before serving: new user, IPC and pid namespaces for our children (we stay outside the pid one).
+    Its pid 1 is a child of ours that only reaps; every program run is then a later child, so a program's
+    kill(-1) or SIGSTOP reaches the processes of that namespace only (programs' leftovers, killed after each
+    test; pid 1 ignores them), never us or the driver. Each run makes its own user and IPC namespaces on top
+    (cheap: no fork, see _child) and drops the capabilities they gave. Returns pid 1's pid."""
+    uid, gid = os.getuid(), os.getgid()
+    if _LIBC.unshare(JOB_NAMESPACES) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(user, ipc, pid namespaces)")
+    # our ids mapped to themselves, so that a child may make a user namespace of its own (while still dumpable:
+    # these files are root's otherwise)
+    for name, text in (("uid_map", "%d %d 1" % (uid, uid)), ("setgroups", "deny"), ("gid_map", "%d %d 1" % (gid, gid))):
+        with open("/proc/self/" + name, "w") as f:
+            f.write(text)
+    _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    init = os.fork()
+    if init == 0:
+        try:
+            os.closerange(0, 65536)
+            _drop_capabilities()
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+            while True:  # orphans of the programs land here (the driver's subreaping stops at the namespace)
+                try:
+                    while os.waitpid(-1, os.WNOHANG)[0]:
+                        pass
+                except ChildProcessError:
+                    pass
+                signal.sigwait([signal.SIGCHLD])
+        finally:
+            os._exit(0)
+    return init
+
+
 def _serve():
     # once here, every child inherits it; before going non-dumpable, which makes /proc/self root's
     with open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
+    init = _enter_server_namespaces() if _NAMESPACES else None
     _LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _warm_up()
     ctl = socket.socket(fileno=3)
     os.chdir("/")
-    ctl.send(json.dumps({"ready": os.getpid()}).encode())
+    ctl.send(json.dumps({"ready": os.getpid(), "init": init}).encode())
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(ctl, _MAX_REQUEST, 16)

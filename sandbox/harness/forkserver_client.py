@@ -22,7 +22,7 @@ class _ForkServer:
 
     def __init__(self, driver, source):
         self.d, self.source = driver, source
-        self.pid = None
+        self.pid = self.init_pid = None
         self.ctl = None
         self.failed = None  # why it could not start: then programs are exec'd as before
 
@@ -35,7 +35,7 @@ class _ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        argv = [self.d.python, "-I", "-B", "-c", self.source]
+        argv = [self.d.python, "-I", "-B", "-c", self.source] + (["namespaces"] if self.d.namespaces else [])
         env = self.d.program_env()
         pid = os.fork()
         if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
@@ -59,6 +59,7 @@ class _ForkServer:
             self.stop()
             self.failed = "the fork server did not start"
             return False
+        self.init_pid = hello.get("init")  # pid 1 of its children's pid namespace (a reaper), or None
         return True
 
     def spawn(self, argv, job, stdin_fd, extra_fds=(), cpu_s=None):
@@ -69,8 +70,7 @@ class _ForkServer:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         request = {"argv": list(argv), "workdir": self.d.workdir, "cpu_s": cpu_s or job["time_s"],
-                   "memory_mb": job["memory_mb"], "file_mb": job["file_mb"], "nproc": self.d.nproc,
-                   "namespaces": self.d.namespaces}
+                   "memory_mb": job["memory_mb"], "file_mb": job["file_mb"], "nproc": self.d.nproc}
         try:
             socket.send_fds(self.ctl, [json.dumps(request).encode()], [stdin_fd, out_w, err_w, *extra_fds])
             answer = self._receive(time.monotonic() + 5.0)
@@ -118,7 +118,9 @@ class _ForkServer:
         if self.ctl is not None:
             self.ctl.close()
             self.ctl = None
+        for pid in (self.pid, self.init_pid):  # its pid namespace goes with its pid 1
+            if pid is not None:
+                _kill(pid)
         if self.pid is not None:
-            _kill(self.pid)
             self.d.reap()
-            self.pid = None
+        self.pid = self.init_pid = None

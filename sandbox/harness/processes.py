@@ -14,10 +14,12 @@ SPAWN_PATH = "/usr/local/bin:/usr/bin:/bin"  # where programs and their toolchai
 _MEMORY_WORDS = (b"MemoryError", b"std::bad_alloc", b"heap out of memory")
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 # Every program run gets namespaces of its own: a user namespace (which lets an unprivileged process make the
-# other two), an IPC namespace (System V shared memory, message queues and semaphores, POSIX message queues:
-# all gone when the run ends) and a pid namespace (its kill(-1) reaches only its own processes; the driver,
-# the fork server and the sandbox's pid 1 have no pid there). The Docker backend's seccomp profile allows
-# unshare() with exactly these flags and no others.
+# others, and holds its own user keyring), an IPC namespace (System V shared memory, message queues and
+# semaphores, POSIX message queues: all gone when the run ends) and a pid namespace (its kill(-1) reaches only
+# its own processes; the driver, the fork server and the sandbox's pid 1 have no pid there). An exec'd run gets
+# all three (`_enter_run_namespaces`); a run forked by the fork server shares the server's children's pid
+# namespace and gets the other two (see forkserver.py). The Docker backend's seccomp profile allows unshare()
+# with these flags and no others.
 CLONE_NEWUSER, CLONE_NEWIPC, CLONE_NEWPID = 0x10000000, 0x08000000, 0x20000000
 JOB_NAMESPACES = CLONE_NEWUSER | CLONE_NEWIPC | CLONE_NEWPID
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -29,6 +31,13 @@ class _CapHeader(ctypes.Structure):
 
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities():
+    """Drop every capability (those a new user namespace gives its first process, over that namespace)."""
+    header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3: all zero
+    if _LIBC.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
 
 
 def _enter_run_namespaces():
@@ -44,9 +53,7 @@ def _enter_run_namespaces():
     pid = os.fork()
     if pid == 0:
         os.setsid()  # a session of its own: its kill(0) and killpg reach nothing outside its namespace either
-        header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3: all zero
-        if _LIBC.capset(ctypes.byref(header), data) != 0:
-            raise OSError(ctypes.get_errno(), "capset")
+        _drop_capabilities()
         return
     os.closerange(0, 65536)  # the pipes stay with the program alone: they end when it ends
     while True:
