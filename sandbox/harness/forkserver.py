@@ -13,7 +13,7 @@ has ended (it waits for nothing else meanwhile: the driver runs one program at a
 
 The child is set up as the driver's `spawn` sets up an exec'd program: its own session, the fds at 0, 1,
 2, 3..., every other fd closed, the run's rlimits, when started with the argument `namespaces` the server's
-children's pid namespace and user and IPC namespaces of its own, with no capability (see
+children's pid namespace, an IPC namespace of its own and a user namespace of its own, with no capability (see
 `_enter_server_namespaces`), dumpable (the server itself is not: the child can
 neither ptrace it nor read its memory), oom_score_adj 1000 (the server's own, inherited: if memory runs
 out, a program or the server goes, never the driver), the work folder as cwd. It then runs the program
@@ -48,11 +48,10 @@ def _child(request, fds):
         os.closerange(len(high), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         _set_limits(request, request["cpu_s"], request.get("nproc"), request["memory_mb"])
         if _NAMESPACES:
-            # The server's pid namespace is already ours; user and IPC namespaces are the run's own (no fork needed
-            # for these two: IPC objects, POSIX message queues and the user keyring go with the run), then no
-            # capability is left.
-            if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER | CLONE_NEWIPC)")
+            # The server's children's pid namespace and this run's IPC namespace (made by the server) are ours
+            # already; a user namespace of our own too (its own user keyring), then no capability is left.
+            if _LIBC.unshare(CLONE_NEWUSER) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
             _drop_capabilities()
         _LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
         os.chdir(request["workdir"])
@@ -131,8 +130,10 @@ def _enter_server_namespaces():
     """Once, before serving: new user, IPC and pid namespaces for our children (we stay outside the pid one).
     Its pid 1 is a child of ours that only reaps; every program run is then a later child, so a program's
     kill(-1) or SIGSTOP reaches the processes of that namespace only (programs' leftovers, killed after each
-    test; pid 1 ignores them), never us or the driver. Each run makes its own user and IPC namespaces on top
-    (cheap: no fork, see _child) and drops the capabilities they gave. Returns pid 1's pid."""
+    test; pid 1 ignores them), never us or the driver. Before each run we move into a new IPC namespace (its
+    children's: System V IPC and POSIX message queues private to the run), and after it we remove what the
+    run left there, so its memory is back before the next job starts; the run adds a user namespace of its own
+    (its user keyring) and drops the capabilities. No extra fork per run. Returns pid 1's pid."""
     uid, gid = os.getuid(), os.getgid()
     if _LIBC.unshare(JOB_NAMESPACES) != 0:
         raise OSError(ctypes.get_errno(), "unshare(user, ipc, pid namespaces)")
@@ -178,6 +179,8 @@ def _serve():
         if not data:
             return
         request = json.loads(data)
+        if _NAMESPACES and _LIBC.unshare(CLONE_NEWIPC) != 0:  # each run's IPC namespace: ours until the next
+            return
         pid = os.fork()
         if pid == 0:
             ctl.close()
@@ -186,6 +189,8 @@ def _serve():
             os.close(fd)
         ctl.send(json.dumps({"pid": pid}).encode())
         _, status, usage = os.wait4(pid, 0)
+        if _NAMESPACES:
+            _remove_ipc_objects()  # its memory back before the driver hears of the exit (and runs the next job)
         ctl.send(json.dumps({"exit": pid, "status": status, "cpu_s": usage.ru_utime + usage.ru_stime}).encode())
 
 
