@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_sandbox.py                # everything (~5 min on 2 idle cores)
     .venv/bin/python benchmarks/bench_sandbox.py --python-only  # Python designs only (~1-2 min)
     .venv/bin/python benchmarks/bench_sandbox.py --programs 40 --designs pooled-fork,reward-batch   # quicker
+    .venv/bin/python benchmarks/bench_sandbox.py --isolation    # a SIGSTOP program in a batch of 64; hostile programs
 
 Designs (all run the same in-sandbox driver, with the same limits and as many parallel sandboxes):
   fresh        one new container per program (started, one `docker exec`, removed): the naive Docker
@@ -23,6 +24,9 @@ JavaScript (compile time included), and the labelled cases of tests/data/code_ca
 ones whose tests run into the time limit (those only measure waiting). `pass/fail = label` counts
 programs whose pass/fail matches the label. The machine is shared: its load average goes with the results,
 and CPU ms per program (see `CpuMeter`), which load changes far less, with them.
+`--isolation` measures instead, per backend, the wall time of a batch of 64 a+b programs whose first calls
+os.kill(-1, SIGSTOP), and how many of the hostile programs of tests/test_sandbox_isolation.py are contained
+(appended to --out, with the date and commit).
 """
 from __future__ import annotations
 
@@ -228,7 +232,15 @@ def main() -> int:
     parser.add_argument("--python-only", action="store_true", help="same as --languages python")
     parser.add_argument("--no-cases", action="store_true", help="skip the labelled cases")
     parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--isolation", action="store_true",
+                        help="instead of throughput: the worst case of a batch of 64 holding one program that "
+                             "SIGSTOPs every process it can, and the hostile programs of "
+                             "tests/test_sandbox_isolation.py tried and contained, per backend (appended to --out)")
+    parser.add_argument("--backends", default="docker,bwrap", help="for --isolation")
+    parser.add_argument("--no-sigstop", action="store_true", help="for --isolation: hostile programs only")
     args = parser.parse_args()
+    if args.isolation:
+        return isolation_report(args.backends.split(","), Path(args.out), sigstop=not args.no_sigstop)
     designs = args.designs.split(",")
     for name in designs:
         if name not in LABELS:
@@ -308,6 +320,91 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+    return 0
+
+
+def sigstop_batch(backend: Backend, n: int = 64, time_s: float = 2.0) -> tuple[float, list[str], int]:
+    """One run_many-sized batch of n a+b programs, the first of which calls os.kill(-1, SIGSTOP) and then answers:
+    (wall seconds, the stopper's verdicts, neighbours accepted)."""
+    tests = [{"input": "3 4\n", "output": "7\n"}]
+    stopper = Job("import os, signal\ntry:\n    os.kill(-1, signal.SIGSTOP)\nexcept OSError:\n    pass\nprint(7)\n",
+                  tests, limits=Limits(time_s=time_s))
+    ok = Job("print(sum(map(int, input().split())))\n", tests, limits=Limits(time_s=time_s))
+    execute(backend, [ok, ok])  # warm
+    jobs = [stopper] + [ok] * (n - 1)
+    started = time.monotonic()
+    results = execute(backend, jobs)
+    wall = time.monotonic() - started
+    judged = [judge(j, r, backend.name, 0.0) for j, r in zip(jobs, results)]
+    return wall, judged[0].codes, sum(r.passed for r in judged[1:])
+
+
+def hostile_checks(name: str) -> list[tuple[str, bool, str]]:
+    """Every hostile program of tests/test_sandbox_isolation.py on backend `name`, with one sandbox at a time (so
+    that job 2 runs where job 1 ran, as in the tests): (check, contained, detail)."""
+    import pytest
+
+    from tests import test_sandbox_isolation as iso
+
+    backend = iso._backend(name)
+
+    checks: list[tuple[str, Any]] = []
+    for attack in sorted(iso.ATTACKS):
+        checks.append((f"leak: {attack}", lambda attack=attack: [iso.test_nothing_of_a_job_reaches_the_next(
+            backend, attack, same) for same in (True, False)]))
+    checks += [
+        ("System V memory left behind fails the next program",
+         lambda: [iso.test_ipc_memory_left_behind_does_not_fail_the_next_program(backend, s) for s in (True, False)]),
+        ("write pid 1's memory, or its stdout (the engine's log)",
+         lambda: iso.test_first_process_cannot_be_written_or_used_as_a_log(backend)),
+        ("SIGSTOP to every process it can signal", lambda: iso.test_a_program_that_stops_everyone_delays_nobody(backend)),
+        ("SIGSTOP to itself", lambda: iso.test_a_program_that_stops_itself_is_a_timeout_within_its_limit(backend)),
+        ("memfd past memory_mb (or the limit not claimed)",
+         lambda: iso.test_memory_outside_the_address_space_is_bounded_or_the_limit_is_not_claimed(backend)),
+        ("fill /dev past scratch_mb", lambda: iso.test_dev_is_not_a_way_around_the_scratch_cap(backend)),
+    ]
+    found = []
+    for check_name, check in checks:
+        try:
+            check()
+            found.append((check_name, True, ""))
+        except pytest.skip.Exception as e:
+            found.append((check_name, True, f"skipped: {e}"))
+        except BaseException as e:  # noqa: BLE001 - an assertion, or an attribute the code under test lacks
+            found.append((check_name, False, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"))
+        print(f"  {name}: {check_name}: {'contained' if found[-1][1] else 'NOT contained'} {found[-1][2]}",
+              flush=True)
+    return found
+
+
+def isolation_report(backend_names: list[str], out: Path, sigstop: bool = True) -> int:
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or "?"
+    dirty = subprocess.run(["git", "status", "--porcelain", "sandbox"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    lines = ["", f"## Isolation between jobs ({time.strftime('%Y-%m-%d')}, commit {commit}"
+                 f"{' with uncommitted sandbox/ changes' if dirty else ''})", "",
+             f"Machine: {_cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start. "
+             "`benchmarks/bench_sandbox.py --isolation`.", "",
+             "| backend | batch of 64 with one SIGSTOP-everyone program (2 s limit): wall s | the stopper's verdict "
+             "| neighbours AC | hostile programs contained |", "| --- | ---: | --- | ---: | ---: |"]
+    details = []
+    for name in backend_names:
+        backend = get_backend(name)
+        wall, codes, ok = sigstop_batch(backend) if sigstop else (float("nan"), ["not run"], 0)
+        print(f"{name}: SIGSTOP batch of 64: {wall:.1f} s, stopper {codes}, neighbours AC {ok}/63", flush=True)
+        found = hostile_checks(name)
+        contained = sum(c for _, c, _ in found)
+        lines.append(f"| {name} | {wall:.1f} | {' '.join(codes)} | {ok}/63 | {contained} of {len(found)} |")
+        details += [f"- {name}: {check}: {'contained' if c else 'NOT contained'}{' (' + d + ')' if d else ''}"
+                    for check, c, d in found]
+    lines += ["", "Per hostile program (each leak runs as job 1 with a reader as job 2, in one batch and across two "
+              "`run_many` calls; contained = both readers saw nothing):", "", *details]
+    with out.open("a") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
     return 0
 
 
