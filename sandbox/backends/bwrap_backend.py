@@ -100,9 +100,10 @@ class BwrapBackend(Backend):
         return self._workers
 
     def description(self) -> str:
-        how = "a fresh bubblewrap sandbox per batch, new user, IPC and pid namespaces for every program run"
+        how = ("a fresh bubblewrap sandbox per batch, every program run in user, IPC and pid namespaces apart from "
+               "the sandbox's own processes")
         if self.memory_enforced:
-            return (f"bwrap: {how}; memory_mb enforced by a memory cgroup per batch (memory_mb + scratch + "
+            return (f"bwrap: {how}; memory_mb enforced by a memory cgroup per batch (memory_mb + 2 x scratch_mb + "
                     f"{OVERHEAD_MB} MiB, with RLIMIT_AS per process)")
         return (f"bwrap: {how}; memory_mb is not enforced: no memory cgroup ({self.cgroups.problem}), so only each "
                 "process's address space is capped (RLIMIT_AS); memory outside it (a memfd, shared memory) is the "

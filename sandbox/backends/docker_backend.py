@@ -74,9 +74,9 @@ class DockerBackend(Backend):
     memory_enforced = True
 
     def description(self) -> str:
-        return ("docker: warm containers, new user, IPC and pid namespaces for every program run; memory_mb enforced "
-                "by a memory cgroup (the container's: memory_mb + scratch + 256 MiB for the sandbox's own processes, "
-                "with RLIMIT_AS per process)")
+        return ("docker: warm containers, every program run in user, IPC and pid namespaces apart from the sandbox's "
+                "own processes; memory_mb enforced by a memory cgroup (the container's: memory_mb + 2 x scratch_mb + "
+                "256 MiB for the sandbox's own processes, with RLIMIT_AS per process)")
 
     def __init__(self, workers: int | None = None, idle_exit_s: float | None = None,
                  warm_drivers: bool | None = None) -> None:
