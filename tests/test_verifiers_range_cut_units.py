@@ -98,6 +98,12 @@ def test_evaluate_keeps_huge_and_tiny_values_finite_and_refuses_infinities() -> 
     assert evaluate(sympy.Symbol("x"), 30) is None
     # a difference that cancels exactly evaluates to zero, not to rounding noise
     assert evaluate(sympy.cos(sympy.pi / 5) - (1 + sympy.sqrt(5)) / 4, 60) == 0
+    # a sum that cancels below sympy's default precision is worked out as far as its magnitudes call for
+    assert evaluate(1 - sympy.tanh(1000), 30) != 0
+    assert evaluate(1 - sympy.exp(800) / (sympy.exp(800) + 1), 30) != 0
+    assert evaluate(sympy.cosh(900) - (sympy.exp(900) + sympy.exp(-900)) / 2, 30) == 0
+    # and one beyond the capped precision is undecided, not zero
+    assert evaluate(1 - sympy.tanh(10**6), 30) is None
     assert relatively_close(mpmath.mpc(1), mpmath.mpc(1 + 1e-45), 40)
     assert not relatively_close(mpmath.mpc(0), tiny, 40)
     assert not relatively_close(big, mpmath.mpc(42), 40)

@@ -36,7 +36,7 @@ import sympy
 from sympy.core.function import AppliedUndef
 
 from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
-from rlvr.verifiers.math_numeric import evaluate, relatively_close
+from rlvr.verifiers.math_numeric import evaluate, evaluate_or_undecided
 from rlvr.verifiers.math_units import bare_amount_ratios, units_compatible
 
 _SAMPLE_POINTS = (
@@ -198,10 +198,36 @@ def _regions_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
             and _values_equal(a.start, b.start, None, None, cfg)
             and _values_equal(a.end, b.end, None, None, cfg)
         )
+    return _sets_equal(a, b, cfg)
+
+
+def _sets_equal(a: sympy.Set, b: sympy.Set, cfg: CompareConfig) -> bool:
+    """sympy finds the two sets equal, and their boundary points are equal numbers pairwise (sympy orders and
+    compares endpoints at limited precision, so ``x > 1 + e^{-1000}`` would be ``x > 1``)."""
+    if a == b:
+        return True
     try:
-        return bool(a.symmetric_difference(b).is_empty)
+        if not a.symmetric_difference(b).is_empty:
+            return False
+        ends_a, ends_b = a.boundary, b.boundary
     except Exception:  # noqa: BLE001
         return False
+    if not (isinstance(ends_a, sympy.FiniteSet) and isinstance(ends_b, sympy.FiniteSet)):
+        return True
+    if len(ends_a) != len(ends_b):
+        return False
+    try:
+        ordered = [sorted(ends, key=_real_key) for ends in (ends_a, ends_b)]
+    except TypeError:
+        return False
+    return all(_values_equal(x, y, None, None, cfg) for x, y in zip(*ordered, strict=True))
+
+
+def _real_key(value: sympy.Basic) -> mpmath.mpf:
+    number = evaluate(value, 30) if isinstance(value, sympy.Expr) and not value.free_symbols else None
+    if number is None:
+        raise TypeError(f"not a number: {value}")
+    return number.real
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -328,10 +354,7 @@ def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) ->
             return True
     a, b = _relation_to_set(gold), _relation_to_set(pred)
     if a is not None and b is not None and "=" not in gold.ops:
-        try:
-            return a == b or bool(a.symmetric_difference(b).is_empty)
-        except Exception:  # noqa: BLE001
-            return False
+        return _sets_equal(a, b, cfg)
     return False
 
 
@@ -368,26 +391,44 @@ def _single_relations_equal(gold: Relation, pred: Relation) -> bool:
         return False
     if g_kind in ("=", "!="):
         return True
-    return ratio.real > 0 and abs(ratio.imag) < 1e-12
+    return ratio.real > 0 and abs(ratio.imag) <= abs(ratio.real) * mpmath.mpf(10) ** -20
 
 
-def _constant_ratio(f: sympy.Expr, h: sympy.Expr) -> complex | None:
-    """``f / h`` when it is the same number at every sample point (one equation a multiple of the other)."""
+def _constant_ratio(f: sympy.Expr, h: sympy.Expr) -> mpmath.mpc | None:
+    """``f / h`` when it is the same number at every sample point (one equation a multiple of the other).
+
+    Exact at each point, not within a tolerance: with ``r = f(p_0) / h(p_0)``, every other point must give
+    ``f(p) h(p_0) - h(p) f(p_0) = 0`` (evaluated as one number, so ``x + e^{-1000} = 1`` is not ``x = 1``)."""
     free = f.free_symbols | h.free_symbols
-    with mpmath.workdps(30):
-        ratios = [a / b for a, b in _sample_values((f, h), free) if abs(b) > 1e-12]
-        if len(ratios) >= (3 if free else 1):
-            first = ratios[0]
-            if all(abs(r - first) <= 1e-9 * max(1, abs(first)) for r in ratios):
-                return complex(first) if abs(first) < 1e300 else None
+    first: tuple[sympy.Expr, sympy.Expr] | None = None
+    ratio = None
+    agreeing = 0
+    for point in _sample_points(free):
+        try:
+            f_k, h_k = f.subs(point), h.subs(point)
+        except (TypeError, ValueError, ArithmeticError, RecursionError):
+            continue
+        (f_value, f_undecided), (h_value, h_undecided) = (evaluate_or_undecided(e, 30) for e in (f_k, h_k))
+        if f_undecided or h_undecided:
             return None
+        if f_value is None or h_value is None or h_value == 0:
+            continue
+        if first is None:
+            first, ratio, agreeing = (f_k, h_k), f_value / h_value, 1
+            continue
+        cross = evaluate(f_k * first[1] - h_k * first[0], 30)
+        if cross is None or cross != 0:
+            return None
+        agreeing += 1
+    if ratio is not None and agreeing >= (3 if free else 1):
+        return ratio
     try:  # too few usable points: ask sympy
-        ratio = sympy.cancel(sympy.simplify(f / h))
+        exact = sympy.cancel(sympy.simplify(f / h))
     except Exception:  # noqa: BLE001
         return None
-    if ratio.free_symbols or not ratio.is_finite:
+    if not isinstance(exact, sympy.Expr) or exact.free_symbols or not exact.is_finite:
         return None
-    return complex(ratio)
+    return evaluate(exact, 30)
 
 
 def _relation_to_set(rel: Relation) -> sympy.Set | None:
@@ -487,11 +528,14 @@ def _numbers_equal(g: sympy.Expr, p: sympy.Expr, g_dec: int | None, p_dec: int |
     a, b = evaluate(g, digits + 20), evaluate(p, digits + 20)
     if a is None or b is None:
         return False
-    # sympy's evalf finds the digits of a difference however small (it raises its precision where terms cancel),
-    # so a difference with significant digits is proven nonzero (42 + e^{-1000} is not 42), and one that cancels
-    # to no significant digit is zero; the relative test is for differences sympy cannot evaluate
+    # sympy's evalf finds the digits of a difference however small (it raises its precision where terms cancel, up
+    # to a limit set by the magnitudes involved), so a difference with significant digits is proven nonzero
+    # (42 + e^{-1000} is not 42; 1 - \tanh(1000) is 5e-869), one that cancels to no significant digit within the
+    # limit is zero, and one that cancels below a capped limit is undecided: not equal (math_numeric)
     diff = evaluate(g - p, digits + 20)
-    if diff is not None and diff == 0 or diff is None and relatively_close(a, b, digits):
+    if diff is None:
+        return False
+    if diff == 0:
         return True
     return _decimal_close(g, p, g_dec, p_dec, cfg)
 
@@ -539,26 +583,27 @@ def _symbolic_equal(g: sympy.Expr, p: sympy.Expr, cfg: CompareConfig) -> bool:
         return _simplify_zero(g - p)  # sample values would make bounds and functions meaningless
     # the difference itself at each point: evalf finds its digits however small, so x + e^{-1000} is not x and
     # e^{-1000} x is not 0, while an identity evaluates to zero (no significant digit)
-    points = list(_sample_values((g - p,), g.free_symbols | p.free_symbols))
-    if any(diff != 0 for (diff,) in points):
-        return False
+    points: list[mpmath.mpc] = []
+    for point in _sample_points(g.free_symbols | p.free_symbols):
+        try:
+            at_point = (g - p).subs(point)
+        except (TypeError, ValueError, ArithmeticError, RecursionError):
+            continue
+        diff, undecided = evaluate_or_undecided(at_point, 30)
+        if undecided or diff is not None and diff != 0:
+            return False  # nonzero somewhere, or a cancellation too deep to decide (no simplify on such numbers)
+        if diff is not None:
+            points.append(diff)
     if len(points) >= 3:
         return True
     return _simplify_zero(g - p)
 
 
-def _sample_values(exprs: tuple[sympy.Expr, ...], free: set[sympy.Basic]):
-    """Yield the values of ``exprs`` (mpmath complex, 30 digits, unbounded exponent) at fixed, distinct sample
-    points where all are finite numbers."""
+def _sample_points(free: set[sympy.Basic]):
+    """Fixed, distinct points (one rational value per symbol)."""
     symbols = sorted(free, key=str)
     for shift in range(len(_SAMPLE_POINTS)):
-        point = {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
-        try:
-            values = tuple(evaluate(e.subs(point), 30) for e in exprs)
-        except (TypeError, ValueError, ArithmeticError, RecursionError):
-            continue
-        if all(v is not None for v in values):
-            yield values
+        yield {s: _SAMPLE_POINTS[(shift + k) % len(_SAMPLE_POINTS)] + k for k, s in enumerate(symbols)}
 
 
 def _simplify_zero(e: sympy.Expr) -> bool:
