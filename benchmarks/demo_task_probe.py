@@ -55,7 +55,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlvr.embedded import embedded_model_dir  # noqa: E402
+from rlvr.models.embedded import embedded_model_dir  # noqa: E402
 
 EVAL_SEED = 1234
 SHOT_SEED = 98765

@@ -71,13 +71,13 @@ import json, sys, time
 from pathlib import Path
 import torch
 from rlvr.config import load_recipe
-from rlvr.trainer.grpo import GRPOTrainer
+from rlvr.trainer.trainer import RLTrainer
 
 out = Path(sys.argv[1])
 recipe = load_recipe("recipes/demo.yaml", ["rollout.engine=vllm", "trainer.steps=3", "trainer.zero_stage=3",
                                            "trainer.save_every=0", "eval.enabled=false",
                                            "rollout.vllm_gpu_memory_utilization=0.3", "rollout.vllm_max_model_len=1024"])
-trainer = GRPOTrainer(recipe, out / "gpu_demo")
+trainer = RLTrainer(recipe, out / "gpu_demo")
 torch.cuda.synchronize()
 awake = torch.cuda.mem_get_info()
 report = {"free_gb_after_init_vllm_asleep": awake[0] / 2**30, "total_gb": awake[1] / 2**30, "steps": []}

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from rlvr.attention import GQA_ATTENTION, grouped_query_attention, use_grouped_query_attention
+from rlvr.models.attention import GQA_ATTENTION, grouped_query_attention, use_grouped_query_attention
 
 
 class _Attn(torch.nn.Module):  # what sdpa_attention_forward reads from an attention module
@@ -51,7 +51,7 @@ def test_fp32_queries_under_cpu_autocast_take_the_bf16_training_path(monkeypatch
     """The trainer's case: autocast over fp32 weights, where RoPE's fp32 cos/sin hand over fp32 queries and keys.
     They are cast to bf16 and go through the matmul path (not SDPA), giving the bf16 inputs' output exactly, with
     fp32 gradients back to the fp32 inputs."""
-    import rlvr.attention as attention
+    import rlvr.models.attention as attention
 
     bf16_inputs = _inputs()
     expected, _ = grouped_query_attention(_Attn(), *bf16_inputs, scaling=0.3)
@@ -103,7 +103,7 @@ def test_no_mask_with_several_queries_is_causal_as_in_transformers_sdpa():
 def test_long_sequences_keep_sdpa_so_no_large_score_tensor_is_kept(monkeypatch):
     """Above MAX_SCORES_BYTES a layer (here lowered to 1 byte) the CPU training path hands over to SDPA's flash kernel,
     which keeps no (Q, L) scores for the backward."""
-    import rlvr.attention as attention
+    import rlvr.models.attention as attention
 
     query, key, value, mask = _inputs()
     assert attention.scores_bytes(3, 6, 4, 6) == 6 * 3 * 6 * 4 * 6  # fp32 scores + bf16 probabilities

@@ -1,4 +1,4 @@
-"""``trainer.max_cpu_seconds``: the CPU seconds of the process tree (``rlvr.cpu_time``) and the run that stops on them."""
+"""``trainer.max_cpu_seconds``: the CPU seconds of the process tree (``rlvr.runs.cpu_time``) and the run that stops on them."""
 
 import json
 import os
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-import rlvr.cpu_time as cpu_time
-import rlvr.trainer.run_loop as run_loop
+import rlvr.runs.cpu_time as cpu_time
+import rlvr.trainer.driver as driver
 from rlvr.config import resolve
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 
@@ -61,11 +61,11 @@ def tiny(tmp_path_factory):
 def test_cpu_budget_ends_the_run_after_the_step_that_spends_it(tiny, tmp_path, monkeypatch):
     # A clock that advances 10 CPU s per read: read once when the loop starts, then once after every step.
     reads = iter(range(1000, 10_000, 10))
-    monkeypatch.setattr(run_loop, "process_tree_cpu_seconds", lambda: float(next(reads)))
-    from rlvr.trainer.grpo import GRPOTrainer
+    monkeypatch.setattr(driver, "process_tree_cpu_seconds", lambda: float(next(reads)))
+    from rlvr.trainer.trainer import RLTrainer
 
     raw = tiny_recipe(*tiny, trainer={"steps": 10, "max_cpu_seconds": 25})
-    summary = GRPOTrainer(resolve(raw), tmp_path / "run").train()
+    summary = RLTrainer(resolve(raw), tmp_path / "run").train()
     steps = [m for m in read_metrics(tmp_path / "run") if "cpu/seconds_total" in m]
     assert [m["cpu/seconds_total"] for m in steps] == [10.0, 20.0, 30.0]  # 30 >= 25 > 20: stop after step 3
     assert summary["steps"] == 3 and summary["cpu_seconds"] == 30.0
@@ -76,10 +76,10 @@ def test_cpu_budget_ends_the_run_after_the_step_that_spends_it(tiny, tmp_path, m
 
 def test_without_a_budget_the_cpu_seconds_are_counted_but_do_not_stop_the_run(tiny, tmp_path, monkeypatch):
     reads = iter(range(0, 10_000, 500))
-    monkeypatch.setattr(run_loop, "process_tree_cpu_seconds", lambda: float(next(reads)))
-    from rlvr.trainer.grpo import GRPOTrainer
+    monkeypatch.setattr(driver, "process_tree_cpu_seconds", lambda: float(next(reads)))
+    from rlvr.trainer.trainer import RLTrainer
 
-    summary = GRPOTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 2})), tmp_path / "run").train()
+    summary = RLTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 2})), tmp_path / "run").train()
     assert summary["steps"] == 2 and summary["cpu_seconds"] == 1000.0
 
 

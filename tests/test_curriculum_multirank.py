@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.test_multirank import _recipe, _torchrun
 
 pytestmark = pytest.mark.multiprocess

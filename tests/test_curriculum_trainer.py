@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import resolve
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 ME = "tests.test_curriculum_trainer"
@@ -46,9 +46,9 @@ def _recipe(tiny, verifier: str, **sections) -> dict:
 
 
 def _trainer(raw: dict, run_dir: Path, resume: bool = False, allow_changed: tuple[str, ...] = ()):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
-    return GRPOTrainer(resolve(raw), run_dir, resume=resume, allow_changed=allow_changed)
+    return RLTrainer(resolve(raw), run_dir, resume=resume, allow_changed=allow_changed)
 
 
 def _steps(run_dir: Path) -> list[dict]:

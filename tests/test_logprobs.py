@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
+from rlvr.models.logprobs import response_logprobs, shared_prefix_logprobs
 from tests.tiny import build_tiny_model
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.logprobs import token_logprobs_from_logits
+from rlvr.models.logprobs import token_logprobs_from_logits
 from rlvr.trainer.micro_batches import plan_micro_batches
 
 
@@ -110,8 +110,8 @@ def _count_checkpointed_layers(model: torch.nn.Module) -> list[int]:
 def test_token_budget_and_gradient_checkpointing_leave_the_training_numbers_unchanged(tmp_path):
     """The memory knobs change how the batch is computed, never what: same losses and metrics within fp32 rounding."""
     from rlvr.config import resolve
-    from rlvr.metrics import read_metrics
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.runs.metrics import read_metrics
+    from rlvr.trainer.trainer import RLTrainer
     from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
     model = build_tiny_model(tmp_path / "model")
@@ -122,7 +122,7 @@ def test_token_budget_and_gradient_checkpointing_leave_the_training_numbers_unch
     results = {}
     for name, (optim, model_cfg) in variants.items():
         raw = tiny_recipe(model, data, optim=optim, model=model_cfg, trainer={"steps": 2, "log_samples_every": 0})
-        trainer = GRPOTrainer(resolve(raw), tmp_path / name)
+        trainer = RLTrainer(resolve(raw), tmp_path / name)
         trainer._plot = lambda: None
         recomputed = _count_checkpointed_layers(trainer.model)
         trainer.train()

@@ -62,15 +62,15 @@ class FakeRolloutEngine:
 def _run_scenario(sc: dict) -> None:
     """Train one scenario on every rank; rank 0 writes ``metrics.jsonl`` and the final checkpoint into ``run_dir``."""
     from rlvr.config import resolve
-    from rlvr.models import load_tokenizer
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.models.loading import load_tokenizer
+    from rlvr.trainer.trainer import RLTrainer
 
     recipe = resolve(sc["recipe"])
     tok = load_tokenizer(recipe.model.name, recipe.model)
     vocab = [tok.convert_tokens_to_ids(c) for c in "0123456789abc"]
     engine = FakeRolloutEngine(int(tok.eos_token_id), vocab)
     run_dir = Path(sc["run_dir"])
-    trainer = GRPOTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine,
+    trainer = RLTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine,
                           allow_changed=sc.get("allow_changed", ()))
     trainer._plot = lambda: None  # PNG plots cost ~5 s per save here and are not what this test checks
     idle = []  # zero-loss passes this rank ran to match another rank's extra ZeRO-3 micro-batches
@@ -127,7 +127,7 @@ def _torchrun(nproc: int, scenarios: list[dict], tmp: Path, name: str) -> None:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    from rlvr.metrics import read_metrics
+    from rlvr.runs.metrics import read_metrics
 
     return [m for m in read_metrics(run_dir) if "train/loss" in m]
 

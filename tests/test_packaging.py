@@ -98,7 +98,7 @@ def test_the_wheel_holds_rlvr_only_with_the_sandbox_data_files(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"rlvr", wheel.name.split("-py")[0] + ".dist-info"}
     for needed in ("rlvr/verifiers/registry.py", "rlvr/sandbox/image.env", "rlvr/sandbox/setup.sh",
-                   "rlvr/rollout/decode_kernels.cpp", "rlvr/sandbox/harness/driver.py",
+                   "rlvr/rollout/cpu/decode_kernels.cpp", "rlvr/sandbox/harness/driver.py",
                    "rlvr/sandbox/backends/docker_backend.py"):
         assert needed in names
     # installed from it, the sandbox finds its data beside its code

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlvr.precision import cpu_native_bf16
-from rlvr.rollout.kernels import kernels_supported
-from rlvr.rollout.packed_linear import PackedLinear, pack_linears, packing_supported, repack
+from rlvr.models.precision import cpu_native_bf16
+from rlvr.rollout.cpu.kernels import kernels_supported
+from rlvr.rollout.cpu.packed_linear import PackedLinear, pack_linears, packing_supported, repack
 from tests.tiny import build_tiny_model
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
@@ -80,10 +80,10 @@ def test_parameters_stay_the_same_objects_and_repack_follows_a_change():
 
 
 def test_support_needs_bf16_cpu_parameters_and_native_bf16(monkeypatch):
-    monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda: (True, "mocked"))
+    monkeypatch.setattr("rlvr.models.precision.cpu_native_bf16", lambda: (True, "mocked"))
     assert packing_supported(_bf16_model())
     assert not packing_supported(TwoLayers())  # fp32 parameters
-    monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda: (False, "mocked AVX2"))
+    monkeypatch.setattr("rlvr.models.precision.cpu_native_bf16", lambda: (False, "mocked AVX2"))
     assert not packing_supported(_bf16_model())
 
 
@@ -96,9 +96,9 @@ def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeyp
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))
     tok = build_tokenizer()
-    monkeypatch.setattr("rlvr.rollout.fused_decode.decode_kernels", lambda: None)  # no fused decode step: see below
+    monkeypatch.setattr("rlvr.rollout.cpu.fused_decode.decode_kernels", lambda: None)  # no fused decode step: see below
     for native in (True, False):
-        monkeypatch.setattr("rlvr.precision.cpu_native_bf16", lambda native=native: (native, "mocked"))
+        monkeypatch.setattr("rlvr.models.precision.cpu_native_bf16", lambda native=native: (native, "mocked"))
         engine = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=torch.bfloat16)
         kinds = {type(m) for m in engine.generation_model.modules() if isinstance(m, torch.nn.Linear)}
         assert kinds == ({PackedLinear} if native else {torch.nn.Linear})
@@ -113,9 +113,9 @@ def test_with_the_fused_decode_step_the_model_keeps_no_packed_copy(tmp_path):
     the decoder's pack (only the prefill calls them)."""
     from transformers import AutoModelForCausalLM
 
-    from rlvr.rollout.fused_decode import AmxLinear
+    from rlvr.rollout.cpu.fused_decode import AmxLinear
     from rlvr.rollout.hf import HFRolloutEngine
-    from rlvr.rollout.kernels import amx_supported
+    from rlvr.rollout.cpu.kernels import amx_supported
     from tests.tiny import build_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))

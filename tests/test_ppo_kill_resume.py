@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]

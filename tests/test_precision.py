@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr import precision
+from rlvr.models import precision
 from rlvr.config import RecipeError, resolve
-from rlvr.precision import choose_precision
+from rlvr.models.precision import choose_precision
 from tests.tiny import tiny_recipe
 
 
@@ -108,7 +108,7 @@ def test_config_default_is_auto_and_old_bf16_key_is_an_alias():
 
 
 def test_the_choice_is_announced_once_on_stderr(capsys):
-    from rlvr.precision import PrecisionChoice, announce_precision
+    from rlvr.models.precision import PrecisionChoice, announce_precision
 
     choice = PrecisionChoice("fp32", "precision fp32 (set in the recipe): test-only reason 1f3a")
     announce_precision(choice)

@@ -317,7 +317,7 @@ def test_every_shipped_recipe_is_covered():
 
 def _rm_run_dir(tmp_path: Path) -> Path:
     """A stand-in for an ``rlvr rm train`` run directory: RUN_DIR/model/config.json (the embedded SmolLM2's)."""
-    from rlvr.embedded import embedded_model_dir
+    from rlvr.models.embedded import embedded_model_dir
 
     (tmp_path / "rm_run" / "model").mkdir(parents=True)
     config = (embedded_model_dir() / "config.json").read_text()

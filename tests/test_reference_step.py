@@ -218,15 +218,15 @@ class Shared:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
     from rlvr.config import resolve
-    from rlvr.models import load_tokenizer
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.models.loading import load_tokenizer
+    from rlvr.trainer.trainer import RLTrainer
 
     d = tmp_path_factory.mktemp("tiny")
     tiny = build_tiny_model(d / "model"), write_addition_dataset(d / "data.jsonl")
     recipe = resolve(_raw(tiny, Case(beta=0.3)))
     tok = load_tokenizer(recipe.model.name, recipe.model)
     engine = FakeRolloutEngine(int(tok.eos_token_id), [tok.convert_tokens_to_ids(c) for c in "0123456789abc"])
-    trainer = GRPOTrainer(recipe, d / "run", rollout_engine=engine)
+    trainer = RLTrainer(recipe, d / "run", rollout_engine=engine)
     _perturb(trainer.ref_model, seed=1, scale=0.05)  # KL to the reference is not 0 from the first token
     batch, _, _ = trainer.collect()
     yield Shared(trainer, batch, copy.deepcopy(trainer.model.state_dict())), tiny
@@ -246,7 +246,7 @@ class Prepared:
 def _prepare(case: Case, shared) -> Prepared:
     """The shared trainer set to the case's recipe, the batch scored and prepared, and the reference's view of it."""
     from rlvr.config import resolve
-    from rlvr.trainer.grpo import StageTimer
+    from rlvr.trainer.stages import StageTimer
 
     sh, tiny = shared
     trainer, batch = sh.trainer, sh.batch

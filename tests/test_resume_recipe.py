@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.config import RecipeError, dump_recipe, resolve
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 
@@ -18,7 +18,7 @@ def tiny(tmp_path_factory):
 
 
 def test_resume_with_a_changed_recipe_is_refused_before_the_model_loads(tiny, tmp_path):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     run = tmp_path / "run"
     (run / "checkpoints/step-2").mkdir(parents=True)  # the checks run before anything is loaded from it
@@ -27,15 +27,15 @@ def test_resume_with_a_changed_recipe_is_refused_before_the_model_loads(tiny, tm
     with pytest.raises(RecipeError, match=r"2 key\(s\):\n  rollout.top_p: 1.0 -> 0.9\n  trainer.steps: 3 -> 9\n"
                                           r"resume with the run's recipe, or accept the changes with "
                                           r"--allow-changed rollout.top_p --allow-changed trainer.steps"):
-        GRPOTrainer(changed, run, resume=True)
+        RLTrainer(changed, run, resume=True)
     with pytest.raises(RecipeError, match=r"1 key\(s\):\n  rollout.top_p"):
-        GRPOTrainer(changed, run, resume_from="checkpoints/step-2", allow_changed=["trainer.steps"])
+        RLTrainer(changed, run, resume_from="checkpoints/step-2", allow_changed=["trainer.steps"])
     # the optimizer's own settings come back from the checkpoint: changing them is refused even when allowed
     with pytest.raises(RecipeError, match=r"optim.lr changed, but a resumed run takes them from the checkpoint"):
-        GRPOTrainer(resolve(tiny_recipe(*tiny, optim={"lr": 1e-2})), run, resume=True, allow_changed=["optim"])
+        RLTrainer(resolve(tiny_recipe(*tiny, optim={"lr": 1e-2})), run, resume=True, allow_changed=["optim"])
     with pytest.raises(FileNotFoundError, match=r"--resume-from checkpoints/step-7: not a finished checkpoint .*"
                                                 r"its checkpoints: step-2"):
-        GRPOTrainer(changed, run, resume_from="checkpoints/step-7")
+        RLTrainer(changed, run, resume_from="checkpoints/step-7")
     assert (run / "recipe.resolved.yaml").read_text() == dump_recipe(resolve(tiny_recipe(*tiny)))  # not overwritten
 
 
@@ -64,10 +64,10 @@ def _tensorboard_scalars(run, tag: str) -> list[tuple[int, float]]:
 
 
 def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     run = tmp_path / "run"
-    first = GRPOTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 4, "save_every": 2, "keep_checkpoints": 3})), run)
+    first = RLTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 4, "save_every": 2, "keep_checkpoints": 3})), run)
     first._plot = lambda: None
     first.train()
     first.engine.destroy()
@@ -78,7 +78,7 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path):
     # steps 3 and 4 again from step 2, sampled at another temperature (allowed by name), so their numbers differ
     changed = resolve(tiny_recipe(*tiny, trainer={"steps": 4, "save_every": 2, "keep_checkpoints": 3},
                                   rollout={"temperature": 0.5}))
-    second = GRPOTrainer(changed, run, resume_from="checkpoints/step-2", allow_changed=["rollout.temperature"])
+    second = RLTrainer(changed, run, resume_from="checkpoints/step-2", allow_changed=["rollout.temperature"])
     second._plot = lambda: None
     assert second.step_done == 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # the later one is gone

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.logprobs import response_logprobs
+from rlvr.models.logprobs import response_logprobs
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf import HFRolloutEngine
 from tests.tiny import build_tiny_model, build_tokenizer

@@ -8,7 +8,7 @@ import yaml
 
 from rlvr.cli import main
 from rlvr.config import resolve
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from rlvr.trainer.progress import TrainProgress, failure_warnings
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
@@ -53,12 +53,12 @@ def test_failure_counts_per_verifier_on_the_step_line_and_a_warning_when_every_s
 
 
 def test_a_training_step_counts_failed_calls_per_verifier_and_prints_its_phases(tiny, tmp_path, capsys):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     raw = tiny_recipe(*tiny, trainer={"steps": 1},
                       verifiers=[{"name": "tests.tiny:digit_fraction"}, {"name": BROKEN, "weight": 0.0}],
                       reward={"solved_verifier": None})
-    trainer = GRPOTrainer(resolve(raw), tmp_path / "run")
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
     trainer.train()
     trainer.engine.destroy()
     (step,) = [m for m in read_metrics(tmp_path / "run") if "reward/mean" in m]

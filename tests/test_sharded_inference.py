@@ -40,7 +40,7 @@ def worker_main(model_dir: str, rm_dir: str, out_dir: str) -> None:
     import torch
 
     from rlvr.config import ModelConfig, TrainerConfig
-    from rlvr.models import load_causal_lm
+    from rlvr.models.loading import load_causal_lm
     from rlvr.reward_model.ensemble import RewardModelEnsemble
     from rlvr.trainer.batch import RolloutBatch, tensorize
     from rlvr.trainer.distributed import init_distributed

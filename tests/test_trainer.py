@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rlvr.config import resolve
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,9 +26,9 @@ def tiny(tmp_path_factory):
 
 
 def _train(raw: dict, run_dir: Path):
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
-    trainer = GRPOTrainer(resolve(raw), run_dir)
+    trainer = RLTrainer(resolve(raw), run_dir)
     summary = trainer.train()
     return trainer, summary
 

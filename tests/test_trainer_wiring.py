@@ -52,13 +52,13 @@ def tiny(tmp_path_factory):
 
 def _trainer(tiny, tmp_path, script, **sections):
     from rlvr.config import resolve
-    from rlvr.models import load_tokenizer
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.models.loading import load_tokenizer
+    from rlvr.trainer.trainer import RLTrainer
 
     raw = tiny_recipe(*tiny, **sections)
     recipe = resolve(raw)
     engine = ScriptedEngine(load_tokenizer(recipe.model.name, recipe.model), script)
-    trainer = GRPOTrainer(recipe, tmp_path / "run", rollout_engine=engine)
+    trainer = RLTrainer(recipe, tmp_path / "run", rollout_engine=engine)
     trainer._plot = lambda: None
     return trainer, engine
 

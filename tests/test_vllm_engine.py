@@ -111,7 +111,7 @@ def vllm_engine(tiny32):
     """One engine for the module (starting vLLM costs ~10 s), with the HF model it serves."""
     require_vllm()
     from rlvr.config import resolve
-    from rlvr.models import load_causal_lm, load_tokenizer
+    from rlvr.models.loading import load_causal_lm, load_tokenizer
     from rlvr.rollout.vllm_engine import VLLMRolloutEngine
     from tests.tiny import tiny_recipe
 
@@ -123,8 +123,8 @@ def vllm_engine(tiny32):
 
 
 def _max_logprob_diff(model, prompts, groups, temperature: float) -> float:
-    """Largest |vLLM logprob - trainer logprob| over every sampled token (the trainer's forward, rlvr.logprobs)."""
-    from rlvr.logprobs import response_logprobs
+    """Largest |vLLM logprob - trainer logprob| over every sampled token (the trainer's forward, rlvr.models.logprobs)."""
+    from rlvr.models.logprobs import response_logprobs
 
     worst = 0.0
     with torch.no_grad():
@@ -209,15 +209,15 @@ def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32,
     """GRPO end to end with ``rollout.engine: vllm``: after each update the engine serves the new weights, so the
     rollout/trainer log-prob gap stays at fp32 rounding at every step (it would be large from step 2 without sync)."""
     from rlvr.config import resolve
-    from rlvr.metrics import read_metrics
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.runs.metrics import read_metrics
+    from rlvr.trainer.trainer import RLTrainer
     from tests.tiny import tiny_recipe
 
     raw = tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128},
                       algorithm={"loss_agg": "token-mean", "tis_cap": 2.0},
                       trainer={"steps": 3, "log_samples_every": 0}, optim={"lr": 3e-2})
     engine = vllm_engine[0]  # the module's engine (one vLLM per process): start it from this trainer's weights
-    trainer = GRPOTrainer(resolve(raw), tmp_path / "run", rollout_engine=engine)
+    trainer = RLTrainer(resolve(raw), tmp_path / "run", rollout_engine=engine)
     engine.sync_weights(trainer.model)
     syncs = engine.syncs
     trainer._plot = lambda: None
@@ -242,16 +242,16 @@ def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_pat
     """A run stopped after step 3 (checkpoint at step 2) and resumed reloads the checkpoint's weights into vLLM and
     draws the same samples: every metric of steps 1-4 equals the uninterrupted run's."""
     from rlvr.config import resolve
-    from rlvr.metrics import read_metrics
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.runs.metrics import read_metrics
+    from rlvr.trainer.trainer import RLTrainer
     from tests.tiny import tiny_recipe
 
     recipe = resolve(tiny_recipe(*tiny32, rollout={"engine": "vllm", "vllm_max_model_len": 128},
                                  trainer={"steps": 4, "save_every": 2, "log_samples_every": 0}, optim={"lr": 3e-2}))
     engine = vllm_engine[0]
 
-    def trainer_for(run: str, resume: bool = False) -> GRPOTrainer:
-        trainer = GRPOTrainer(recipe, tmp_path / run, resume=resume, rollout_engine=engine)
+    def trainer_for(run: str, resume: bool = False) -> RLTrainer:
+        trainer = RLTrainer(recipe, tmp_path / run, resume=resume, rollout_engine=engine)
         if not resume:
             engine.sync_weights(trainer.model)  # a fresh run starts vLLM from the initial weights (resume syncs itself)
         trainer._plot = lambda: None
@@ -382,10 +382,10 @@ def _rank_main(spec_file: str) -> None:
     import json
 
     from rlvr.config import resolve
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     spec = json.loads(Path(spec_file).read_text())
-    trainer = GRPOTrainer(resolve(spec["recipe"]), Path(spec["run_dir"]))
+    trainer = RLTrainer(resolve(spec["recipe"]), Path(spec["run_dir"]))
     trainer._plot = lambda: None
     trainer.train()
     assert trainer.rollout_engine.syncs == spec["recipe"]["trainer"]["steps"]
@@ -398,7 +398,7 @@ def test_two_ranks_each_with_a_vllm_engine_and_zero3_gathered_syncs(tiny32, tmp_
     require_vllm()
     import json
 
-    from rlvr.metrics import read_metrics
+    from rlvr.runs.metrics import read_metrics
     from tests.tiny import tiny_recipe
 
     ds = {"zero_optimization": {"stage3_param_persistence_threshold": 0}}  # partition even the tiny parameters

@@ -32,9 +32,9 @@ from rlvr.config import Recipe
 from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
 from rlvr.preflight import CheckOptions
-from rlvr.recipe_inputs import build_engine, recipe_inputs
+from rlvr.runs.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
-from rlvr.verifier_inputs import sample_dict
+from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"

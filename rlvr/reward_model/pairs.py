@@ -54,8 +54,8 @@ def build_pairs(recipe: Recipe, out_path: Path, *, num_prompts: int | None = Non
         DataError, ModelLoadError, UnknownVerifierError: as the trainer does; ValueError: an unknown split, or a
         recipe without verifiers.
     """
-    from rlvr.recipe_inputs import build_engine, recipe_inputs
-    from rlvr.verifier_inputs import sample_dict
+    from rlvr.runs.recipe_inputs import build_engine, recipe_inputs
+    from rlvr.runs.verifier_inputs import sample_dict
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")

@@ -159,9 +159,9 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
     Raises:
         DataError: unreadable or invalid preference data. ModelLoadError: the backbone does not load.
     """
-    from rlvr.metrics import MetricsLogger
-    from rlvr.models import load_tokenizer, resolve_model_path
-    from rlvr.plots import save_figure
+    from rlvr.runs.metrics import MetricsLogger
+    from rlvr.models.loading import load_tokenizer, resolve_model_path
+    from rlvr.runs.plots import save_figure
 
     t0 = time.time()
     cfg = recipe.train

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlvr.precision import announce_precision, choose_precision
+from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
 
@@ -137,7 +137,7 @@ class VLLMRolloutEngine:
         after a resume), so what it serves is always the policy being trained.
         """
         vllm = import_vllm()
-        from rlvr.models import resolve_model_path
+        from rlvr.models.loading import resolve_model_path
 
         ro, cuda = recipe.rollout, torch.cuda.is_available()
         precision = choose_precision(recipe.trainer.precision, "cuda" if cuda else "cpu")

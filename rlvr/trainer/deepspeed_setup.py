@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from rlvr.config import OptimConfig, TrainerConfig, _deep_merge
+from rlvr.config import OptimConfig, TrainerConfig
+from rlvr.config.loading import deep_merge
 from rlvr.trainer.distributed import record_grad_norm_without_zero
 
 
@@ -67,7 +68,7 @@ def build_engine(model: torch.nn.Module, optim: OptimConfig, trainer: TrainerCon
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
-    ds_config = _deep_merge(ds_config, trainer.deepspeed_config)
+    ds_config = deep_merge(ds_config, trainer.deepspeed_config)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if trainer.zero_stage == 0:
         record_grad_norm_without_zero(engine)

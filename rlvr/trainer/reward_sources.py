@@ -46,7 +46,7 @@ class RewardScores:
 class RewardSource(Protocol):
     """Scores the completions of a rollout batch: ``batch.texts[i]`` is the decoded completion ``i`` (token ids in
     ``batch.completions[i]``, prompt ids in ``batch.prompt_of(i)``), ``samples[i]`` what a verifier sees of it (the
-    dataset row, prompt and completion facts, :func:`rlvr.verifier_inputs.sample_dict`)."""
+    dataset row, prompt and completion facts, :func:`rlvr.runs.verifier_inputs.sample_dict`)."""
 
     labels: list[str]
     gold_labels: list[str]

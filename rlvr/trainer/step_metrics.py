@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.kl import kl_per_token
+from rlvr.algo.kl import kl_per_token
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.groups import zero_variance_groups

@@ -19,7 +19,7 @@ The driver only sequences stages; each has its own module:
 - the update loop (epochs x mini-batches x micro-batches) and the policy loss: :mod:`rlvr.trainer.update_loop`,
   :mod:`rlvr.trainer.policy_objective`;
 - metrics and sample dumps: :mod:`rlvr.trainer.step_metrics`; evals, the run loop and the summary:
-  :mod:`rlvr.trainer.run_loop`.
+  :mod:`rlvr.trainer.driver`.
 
 The same code runs on one CPU process (gloo) and under ``torchrun``/``deepspeed`` on GPUs: each rank rolls out its
 share of the step's prompts (whole groups, so group baselines need no communication) and DeepSpeed reduces gradients.
@@ -36,15 +36,15 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from rlvr import checkpoint as ckpt
+from rlvr.runs import checkpoint as ckpt
 from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
-from rlvr.kl import AdaptiveKLController
-from rlvr.metrics import MetricsLogger
-from rlvr.models import eos_token_ids, load_causal_lm
-from rlvr.precision import announce_precision, choose_precision
-from rlvr.recipe_inputs import open_recipe_inputs
-from rlvr.reward_shaping import RunningRewardNormalizer
+from rlvr.algo.kl import AdaptiveKLController
+from rlvr.runs.metrics import MetricsLogger
+from rlvr.models.loading import eos_token_ids, load_causal_lm
+from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.runs.recipe_inputs import open_recipe_inputs
+from rlvr.algo.reward_shaping import RunningRewardNormalizer
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.choice import with_chosen_engine
 from rlvr.trainer import step_metrics
@@ -57,12 +57,12 @@ from rlvr.trainer.dynamic_sampling import collect
 from rlvr.trainer.policy_objective import PolicyObjective
 from rlvr.trainer.progress import phase
 from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
-from rlvr.trainer.run_loop import RunLoop
+from rlvr.trainer.driver import RunLoop
 from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
 from rlvr.trainer.stages import StageTimer
 from rlvr.trainer.update_loop import run_update
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
-from rlvr.verifier_inputs import sample_dict
+from rlvr.runs.verifier_inputs import sample_dict
 
 
 class RLTrainer(RunLoop):
@@ -79,7 +79,7 @@ class RLTrainer(RunLoop):
         allow_changed: recipe keys (or sections) that may differ from the run's ``recipe.resolved.yaml`` on resume.
     Raises:
         rlvr.config.RecipeError (resume with a changed recipe), rlvr.data.sources.DataError,
-        rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
+        rlvr.models.loading.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
         before the model is loaded.
     """
 

@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from rlvr.losses import count_sequences
+from rlvr.algo.losses import count_sequences
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.workers import ModelWorker

@@ -18,7 +18,7 @@ import torch
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import SamplingParams
 from rlvr.trainer.distributed import all_gather_objects
-from rlvr.verifier_inputs import sample_dict
+from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.verifiers.reward import RewardFunction
 
 

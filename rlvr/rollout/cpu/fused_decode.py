@@ -9,7 +9,7 @@ step. Here a layer is 9 calls:
     add_rms_norm -> qkv GEMM -> rope -> decode_attention (writes the new keys/values first) -> o GEMM
     -> add_rms_norm -> gate/up GEMM -> silu_mul -> down GEMM
 
-All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.rollout.kernels`), rounding to bf16
+All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.rollout.cpu.kernels`), rounding to bf16
 where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacked into one weight) run on CPUs with
 AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns at 14-18 GB/s where
 oneDNN's AMX kernel reached 7-12 (bit-identical outputs at 16 rows); elsewhere through oneDNN on prepacked weights.
@@ -20,7 +20,7 @@ samples x 128 tokens, 2 threads (Intel Xeon, AVX-512 + AMX): 22-27 ms a step (GE
 the other kernels ~3), against 64-95 ms through transformers' modules with oneDNN-packed linears.
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` models (RMSNorm, RoPE, SwiGLU MLP, full attention; biases on any
-projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.packed_linear.packing_supported` holds and
+projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.cpu.packed_linear.packing_supported` holds and
 the kernels build (:func:`fused_decode_supported` says why not). The prefill stays with transformers' modules, whose
 linears read their slices of the same AMX packs (:class:`AmxLinear`) where the outputs come in groups of 64.
 """
@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
-from rlvr.rollout.kernels import amx_supported, decode_kernels
-from rlvr.rollout.packed_linear import pack_weight, packing_supported, unpack_linears
+from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels
+from rlvr.rollout.cpu.packed_linear import pack_weight, packing_supported, unpack_linears
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 MAX_GROUPS = 8
@@ -168,11 +168,11 @@ class FusedDecoder:
     are read from the model's parameters; the GEMMs from packed copies made here (q/k/v and gate/up stacked), which
     :meth:`refresh` rebuilds after the parameters change. The model's own linears (only the prefill calls them) stay
     ``F.linear`` on the plain weights, or read their slice of the packs (:class:`AmxLinear`); packed ones
-    (:class:`rlvr.rollout.packed_linear.PackedLinear`) go back to plain, their copy would be a second one.
+    (:class:`rlvr.rollout.cpu.packed_linear.PackedLinear`) go back to plain, their copy would be a second one.
 
     Args:
         model: an HF causal LM for which :func:`fused_decode_supported` holds.
-        kernels: the compiled kernels (:func:`rlvr.rollout.kernels.decode_kernels`).
+        kernels: the compiled kernels (:func:`rlvr.rollout.cpu.kernels.decode_kernels`).
         amx: GEMMs through the ``amx_linear`` kernel (default: where the CPU has AMX), else oneDNN.
     Raises:
         ValueError: ``model`` unsupported.

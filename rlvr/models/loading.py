@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from rlvr.config import ModelConfig
-from rlvr.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
+from rlvr.models.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
 
 
 class ModelLoadError(RuntimeError):

@@ -15,10 +15,10 @@ import torch
 from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
-from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
-from rlvr.precision import announce_precision, choose_precision
+from rlvr.models.loading import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.preflight import CheckOptions, print_run_findings, run_checks
-from rlvr.verifier_inputs import check_verifier_kwargs, open_reward_pool, verifier_specs
+from rlvr.runs.verifier_inputs import check_verifier_kwargs, open_reward_pool, verifier_specs
 from rlvr.verifiers.registry import get_verifier
 from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from rlvr.cpu_time import process_tree_cpu_seconds
+from rlvr.runs.cpu_time import process_tree_cpu_seconds
 from rlvr.curriculum.plot import plot_curriculum
-from rlvr.evaluation import EvalResult, run_eval
-from rlvr.metrics import read_metrics
-from rlvr.plots import plot_curves
+from rlvr.runs.evaluation import EvalResult, run_eval
+from rlvr.runs.metrics import read_metrics
+from rlvr.runs.plots import plot_curves
 from rlvr.trainer.distributed import all_reduce_max
 from rlvr.trainer.progress import TrainProgress, phase
 

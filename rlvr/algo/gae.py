@@ -21,13 +21,13 @@ def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: floa
     ``delta_t = r_t + gamma V(t') - V(t)``, ``A_t = delta_t + gamma lambda A_{t'}``, ``R_t = A_t + V(t)``.
 
     Args:
-        rewards: (N, T) per-token rewards (see :func:`rlvr.reward_shaping.per_token_rewards`).
+        rewards: (N, T) per-token rewards (see :func:`rlvr.algo.reward_shaping.per_token_rewards`).
         values: (N, T) critic values V(s_t) from the rollout (detached).
         mask: (N, T) 1 where the token is the policy's, 0 elsewhere.
         gamma: discount in [0, 1] (1.0 for language-model RL). lam: GAE lambda in [0, 1] (0.95 usual).
     Returns:
         advantages (N, T) and returns (N, T), fp32, 0 where ``mask`` is 0. Not whitened (see
-        :func:`rlvr.whitening.masked_whiten`).
+        :func:`rlvr.algo.advantages.whiten`).
     Raises:
         ValueError: shapes differ or are not 2-D; gamma or lam outside [0, 1].
     """

@@ -7,8 +7,8 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.preflight import CheckOptions
-from rlvr.recipe_inputs import build_engine, recipe_inputs
-from rlvr.evaluation import run_eval
+from rlvr.runs.recipe_inputs import build_engine, recipe_inputs
+from rlvr.runs.evaluation import run_eval
 
 
 def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:

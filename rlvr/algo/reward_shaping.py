@@ -1,11 +1,11 @@
 """Per-token rewards for the PPO path, and a running reward normaliser.
 
 The InstructGPT/Ziegler reward (1909.08593 eq. 2; 2203.02155 sec. 3.5): every response token gets ``-beta * KL_t``
-(the per-token KL estimate to the reference policy, :func:`rlvr.kl.kl_per_token`), and the completion's last real
+(the per-token KL estimate to the reference policy, :func:`rlvr.algo.kl.kl_per_token`), and the completion's last real
 token (its eos when it finished; never a pad) also gets the sequence score (a reward model's, normalised and clipped
 by :class:`RunningRewardNormalizer` if wanted). A completion cut at the length limit without eos has
 ``truncation_penalty`` subtracted from its score (TRL's ``missing_eos_penalty``). Beta is fixed or comes from
-:class:`rlvr.kl.AdaptiveKLController`.
+:class:`rlvr.algo.kl.AdaptiveKLController`.
 
 Shapes: N sequences, T response tokens.
 """
@@ -13,13 +13,62 @@ Shapes: N sequences, T response tokens.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from rlvr.reward_model.model import last_token_index
-from rlvr.whitening import masked_moments
+AllReduceSum = Callable[[Tensor], Tensor]
+"""Sums a tensor over data-parallel ranks (every rank must call it); the trainer passes
+:func:`rlvr.trainer.distributed.all_reduce_sum`."""
+
+
+def last_token_index(attention_mask: Tensor) -> Tensor:
+    """(N,) column of each row's last real token: the last position where ``attention_mask`` is 1.
+
+    Right for left padding, right padding and pad == eos alike, because it never looks at token ids.
+
+    Raises:
+        ValueError: ``attention_mask`` is not 2-D, or a row has no real token.
+    """
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be (N, L), got shape {tuple(attention_mask.shape)}")
+    real = attention_mask.bool()
+    if not real.any(dim=1).all():
+        bad = (~real.any(dim=1)).nonzero().flatten().tolist()
+        raise ValueError(f"rows {bad} of attention_mask have no real token; every sequence needs at least one")
+    length = attention_mask.shape[1]
+    return (length - 1 - real.flip(dims=[1]).int().argmax(dim=1)).long()
+
+
+def masked_moments(values: Tensor, mask: Tensor, all_reduce_sum: AllReduceSum | None = None
+                   ) -> tuple[float, float, float]:
+    """(mean, unbiased variance, count) of ``values`` where ``mask`` is 1, over the global batch.
+
+    With the batch split over ranks, per-rank statistics (TRL's ``masked_whiten`` on each rank's shard) would give every
+    rank a different scale; here the sum, sum of squares and count are summed over ranks first, so 2 ranks give exactly
+    what 1 rank gives on the whole batch.
+
+    Args:
+        values, mask: same shape, any. all_reduce_sum: sums a float64 tensor over ranks; ``None`` = this process's
+            batch is the global batch.
+    Raises:
+        ValueError: shapes differ, or no unmasked value on any rank.
+    """
+    if values.shape != mask.shape:
+        raise ValueError(f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the same shape")
+    m = mask.double()
+    v = values.detach().double() * m
+    stats = torch.stack([v.sum(), (v * v).sum(), m.sum()])  # (3,)
+    if all_reduce_sum is not None:
+        stats = all_reduce_sum(stats)
+    total, total_sq, count = (float(x) for x in stats)
+    if count == 0:
+        raise ValueError("masked_moments: no unmasked value in the batch")
+    mean = total / count
+    # unbiased (Bessel) variance, as TRL's and OpenRLHF's masked_var; one value has variance 0
+    var = max(0.0, (total_sq - count * mean * mean) / (count - 1)) if count > 1 else 0.0
+    return mean, var, count
 
 
 def per_token_rewards(scores: Tensor, response_mask: Tensor, *, kl: Tensor | None = None, beta: float = 0.0,
@@ -74,9 +123,9 @@ class RunningRewardNormalizer:
         self.shift_mean, self.clip, self.eps = shift_mean, clip, eps
         self.mean, self.var, self.count = 0.0, 1.0, 0.0
 
-    def update(self, scores: Tensor, group: dist.ProcessGroup | None = None) -> None:
-        """Merge a batch of (N,) scores (this rank's share; all-reduced over ``group`` when distributed)."""
-        mean, var, count = masked_moments(scores, torch.ones_like(scores), group)
+    def update(self, scores: Tensor, all_reduce_sum: AllReduceSum | None = None) -> None:
+        """Merge a batch of (N,) scores (this rank's share; summed over ranks with ``all_reduce_sum``)."""
+        mean, var, count = masked_moments(scores, torch.ones_like(scores), all_reduce_sum)
         batch_m2 = var * (count - 1)  # masked_moments' variance is unbiased
         if self.count == 0:
             total_m2 = batch_m2

@@ -16,7 +16,7 @@ class ValueLossOutput:
     """Per-token results of :func:`clipped_value_loss`, (N, T), zero where the mask is 0."""
 
     loss: Tensor
-    """Per-token loss before aggregation (reduce with :func:`rlvr.losses.aggregate_loss`, e.g. ``token-mean``)."""
+    """Per-token loss before aggregation (reduce with :func:`rlvr.algo.losses.aggregate_loss`, e.g. ``token-mean``)."""
     clipped: Tensor
     """1.0 where the clipped branch is the larger one (its gradient is 0 there): ``critic/value_clip_fraction``."""
 

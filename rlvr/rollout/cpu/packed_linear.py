@@ -12,7 +12,7 @@ bit-for-bit equal to ``F.linear``'s at every row count tried (1 to 1000).
 names, so tied weights stay tied and weight sync is unchanged); after the parameters change, :func:`repack` refreshes
 the packed copies (0.2 s for 135M parameters). Only bf16 weights on a CPU with native bf16 are packed
 (:func:`packing_supported`); everything else keeps ``F.linear``. Where the fused decode step runs
-(:mod:`rlvr.rollout.fused_decode`, Llama-style models), it packs its own copies and these go back to ``F.linear``.
+(:mod:`rlvr.rollout.cpu.fused_decode`, Llama-style models), it packs its own copies and these go back to ``F.linear``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ PACK_BATCH_HINT = 16
 
 def packing_supported(model: nn.Module) -> bool:
     """Whether :func:`pack_linears` applies: parameters in bf16 on the CPU, oneDNN built in, and a CPU with native
-    bf16 (:func:`rlvr.precision.cpu_native_bf16`; packing emulated bf16 is not measured)."""
-    from rlvr.precision import cpu_native_bf16
+    bf16 (:func:`rlvr.models.precision.cpu_native_bf16`; packing emulated bf16 is not measured)."""
+    from rlvr.models.precision import cpu_native_bf16
 
     params = list(model.parameters())
     return (bool(params) and all(p.device.type == "cpu" and p.dtype == torch.bfloat16 for p in params)
