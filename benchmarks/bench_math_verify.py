@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_math_verify.py --repeat 1  # quicker
 
 Accuracy: every labelled pair of ``tests/data/math_cases.jsonl`` and ``tests/data/math_cases_structured.jsonl``, and the
-hand-labelled cases of ``tests/test_verifiers_math_extra.py`` and ``tests/test_verifiers_math_structured.py``.
+hand-labelled cases of ``tests/verifiers/test_verifiers_math_extra.py`` and ``tests/verifiers/test_verifiers_math_structured.py``.
 "Plain math-verify" is math-verify with default settings:
 ``verify(parse(gold), parse(pred))``; a second row wraps the gold in ``$...$``, as trainers usually do. A call
 that hangs (math-verify's own signal timeouts cannot interrupt a long sympy/GMP computation) is killed after
@@ -181,10 +181,10 @@ def main() -> None:
              f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
              "## Accuracy on labelled answer pairs", "",
              "`dev`: `tests/data/math_cases.jsonl`; `extra`: the hand-labelled pairs in "
-             "`tests/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
+             "`tests/verifiers/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
              "`tests/data/math_cases_structured.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
              "stated-then-explained answers, option text, rounding, unclosed boxes); `structured-extra`: the labelled pairs "
-             "in `tests/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts). "
+             "in `tests/verifiers/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts). "
              "*Hack accepts*: wrong answers "
              f"accepted in the reward-hacking categories ({', '.join(sorted(HACKING_CATEGORIES))}). *Hangs*: killed "
              f"after {args.timeout:g} s (counted wrong).", "",

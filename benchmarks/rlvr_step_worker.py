@@ -37,7 +37,7 @@ def recipe_dict(spec: dict) -> dict:
         "algorithm": {"loss_agg": "token-mean", "kl": {"beta": 0.0}, "clip_low": 0.2, "clip_high": 0.2},
         "optim": {"lr": spec["lr"], "grad_clip": 1.0,
                   "micro_batch_size": spec["prompts_per_step"] * spec["group_size"]},
-        "trainer": {"steps": spec["steps"], "bf16": spec["precision"] == "bf16", "num_threads": spec["threads"],
+        "trainer": {"steps": spec["steps"], "precision": "bf16" if spec["precision"] == "bf16" else "fp32", "num_threads": spec["threads"],
                     "save_every": 0, "log_samples_every": 0},
         "eval": {"enabled": False},
     }

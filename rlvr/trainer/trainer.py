@@ -218,7 +218,7 @@ class RLTrainer(RunLoop):
         return VLLMRolloutEngine.from_recipe(r, self.model, self.tokenizer, self.eos_ids)
 
     # the algorithm and the reward source are views of ``self.recipe`` (cheap to build), read when used, so that a
-    # recipe swapped in (tests/test_reference_step.py runs every case on one trainer) takes effect everywhere
+    # recipe swapped in (tests/trainer/test_reference_step.py runs every case on one trainer) takes effect everywhere
     @property
     def algorithm(self) -> Algorithm:
         """The recipe's algorithm, with the reference model this trainer loaded (:mod:`rlvr.trainer.algorithms`)."""

@@ -21,7 +21,7 @@ import yaml
 from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 4
 KILL_AFTER = 2
 VOLATILE = ("time/", "cpu/", "rollout/tokens_per_s")  # cpu/seconds_total: CPU time differs run to run

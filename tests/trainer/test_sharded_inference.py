@@ -2,7 +2,7 @@
 and scores as whole frozen copies, on 2 gloo ranks that hold different numbers of samples (the shorter rank joins the
 other's parameter gathers with idle passes; one rank scores nothing at all).
 
-The file is also the worker script: ``torchrun --nproc_per_node 2 tests/test_sharded_inference.py MODEL RM OUT``; each
+The file is also the worker script: ``torchrun --nproc_per_node 2 tests/trainer/test_sharded_inference.py MODEL RM OUT``; each
 rank computes both ways and saves them in ``OUT/rank{r}.pt``, and the test compares them.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.multiprocess
 
 ZERO3 = {"zero_stage": 3, "deepspeed_config": {"zero_optimization": {"stage3_param_persistence_threshold": 0}}}
@@ -47,7 +47,7 @@ def worker_main(model_dir: str, rm_dir: str, out_dir: str) -> None:
     from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
     from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
     from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
-    from tests.test_reward_sources import FakeVerifierPool
+    from tests.trainer.test_reward_sources import FakeVerifierPool
 
     torch.set_num_threads(1)
     dist = init_distributed()

@@ -1,7 +1,7 @@
 """``rollout.engine: auto``: vLLM when it imports and serves the model, ``hf`` otherwise, said in one printed line.
 
 vLLM is mocked here (a fake ``vllm`` package in ``sys.modules``), so these run with or without it installed; the
-real choice on a real vLLM is tested in ``tests/test_vllm_engine.py``.
+real choice on a real vLLM is tested in ``tests/rollout/test_vllm_engine.py``.
 """
 
 from __future__ import annotations

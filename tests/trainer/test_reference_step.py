@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_multirank import FakeRolloutEngine
+from tests.trainer.test_multirank import FakeRolloutEngine
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 TEMPERATURE = 0.7
@@ -194,7 +194,7 @@ def _perturb(model: torch.nn.Module, seed: int, scale: float) -> None:
 def _raw(tiny, case: Case) -> dict:
     # fails_on_b has weight 0: it changes no total reward, only which samples are dropped under failure_score null
     verifiers = [{"name": "tests.tiny:digit_fraction"}, {"name": "tests.tiny:starts_with_digit", "weight": 0.0},
-                 {"name": "tests.test_reference_step:fails_on_b", "weight": 0.0}]
+                 {"name": "tests.trainer.test_reference_step:fails_on_b", "weight": 0.0}]
     return tiny_recipe(*tiny, algorithm=case.algorithm(), verifiers=verifiers,
                        reward={"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit",
                                "failure_score": None if case.drop_failed else 0.0},

@@ -116,10 +116,10 @@ def test_math_results_are_cached_by_gold_and_extracted_answer() -> None:
 
 
 def test_verifier_named_by_import_path_runs_in_workers() -> None:
-    spec = VerifierSpec("tests.test_verifiers_reward:user_behaviour", kwargs={"bonus": 1.0})
+    spec = VerifierSpec("tests.verifiers.test_verifiers_reward:user_behaviour", kwargs={"bonus": 1.0})
     with RewardFunction([spec], num_workers=1) as reward_fn:
         (result,) = reward_fn.score(["fine"], [{}])
-    assert result.scores["tests.test_verifiers_reward:user_behaviour"] == 2.0
+    assert result.scores["tests.verifiers.test_verifiers_reward:user_behaviour"] == 2.0
 
 
 def test_bad_specs_fail_early() -> None:

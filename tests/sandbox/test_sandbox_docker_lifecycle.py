@@ -17,7 +17,7 @@ from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.sandbox.backends.docker_pool import OWNER_LABEL, remove_stale_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.security]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CALLER = textwrap.dedent("""
     import signal, sys
     from rlvr import sandbox

@@ -95,14 +95,11 @@ def _trainer(trainer: dict):
     return resolve(raw).trainer
 
 
-def test_config_default_is_auto_and_old_bf16_key_is_an_alias():
+def test_config_default_is_auto_and_precision_is_one_key():
     assert _trainer({}).precision == "auto"
-    assert _trainer({"bf16": False}).precision == "fp32"
-    assert _trainer({"bf16": True}).precision == "bf16"
-    assert _trainer({"bf16": False, "precision": "auto"}).precision == "fp32"
     assert _trainer({"precision": "fp32"}).precision == "fp32"
-    with pytest.raises(RecipeError, match="contradicts trainer.precision=bf16"):
-        _trainer({"bf16": False, "precision": "bf16"})
+    with pytest.raises(RecipeError, match="unknown key 'trainer.bf16'"):
+        _trainer({"bf16": False})
     with pytest.raises(RecipeError, match="precision"):
         _trainer({"precision": "fp16"})
 

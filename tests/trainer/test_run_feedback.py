@@ -12,7 +12,7 @@ from rlvr.runs.metrics import read_metrics
 from rlvr.trainer.progress import TrainProgress, failure_warnings
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
-BROKEN = "tests.test_run_feedback:always_raises"
+BROKEN = "tests.trainer.test_run_feedback:always_raises"
 
 
 def always_raises(completion: str, sample: dict) -> float:

@@ -64,7 +64,7 @@ def _trainer(tiny, tmp_path, script, **sections):
 
 
 DROP_VERIFIERS = [{"name": "tests.tiny:digit_fraction"}, {"name": "tests.tiny:starts_with_digit", "weight": 0.0},
-                  {"name": "tests.test_trainer_wiring:fails_on_b", "weight": 0.0}]
+                  {"name": "tests.trainer.test_trainer_wiring:fails_on_b", "weight": 0.0}]
 
 
 def test_failure_score_null_drops_the_sample_from_every_statistic(tiny, tmp_path):
@@ -156,7 +156,7 @@ def test_eval_samples_with_the_rollouts_top_k(tiny, tmp_path):
 
 def test_group_statistics_of_a_rank_without_prompts():
     """A rank that drew no prompts (a small dynamic-sampling refill) has empty per-sample lists; ``torch.tensor([])``
-    is float, which once crashed the filter (found by tests/test_curriculum_multirank.py)."""
+    is float, which once crashed the filter (found by tests/curriculum/test_curriculum_multirank.py)."""
     from rlvr.trainer.groups import solve_counts, zero_variance_groups
 
     empty = torch.tensor([]).view(0, 4)

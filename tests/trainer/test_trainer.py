@@ -16,7 +16,7 @@ from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

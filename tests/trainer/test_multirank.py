@@ -3,7 +3,7 @@ same losses, metrics and updated weights as 1 process, for ZeRO stages 0 and 3; 
 1 rank.
 
 Both runs use :class:`FakeRolloutEngine`, whose samples depend only on the prompt, so they train on identical data
-however the prompts are split over ranks. The file is also the worker script: ``torchrun ... tests/test_multirank.py
+however the prompts are split over ranks. The file is also the worker script: ``torchrun ... tests/trainer/test_multirank.py
 OUT SCENARIOS.json`` trains each scenario in turn and rank 0 writes the metrics; the HF model comes from the
 trainer's checkpoint (rank 0 saves it, from gathered parameters under ZeRO-3).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.multiprocess
 
 

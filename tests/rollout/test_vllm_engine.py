@@ -22,7 +22,7 @@ import torch
 from rlvr.rollout.weight_sync import HARD_EXIT_CODE, SyncWatchdog, WeightSyncTimeout, iter_full_weights
 from tests.vllm_required import require_vllm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------------------------ no vLLM needed
@@ -377,7 +377,7 @@ def test_auto_on_real_vllm_refuses_a_head_size_its_cpu_kernels_lack(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ several ranks
 def _rank_main(spec_file: str) -> None:
-    """Worker of the 2-rank test (``torchrun ... tests/test_vllm_engine.py SPEC.json``): one vLLM engine per rank,
+    """Worker of the 2-rank test (``torchrun ... tests/rollout/test_vllm_engine.py SPEC.json``): one vLLM engine per rank,
     ZeRO-3 with every parameter partitioned, so each weight sync gathers them."""
     import json
 

@@ -2,7 +2,7 @@
 same prompts, keep the same solve-rate table (every rank records every group) and log the same metrics, including
 refill rounds of one prompt, where one of the two ranks generates nothing and must still join the update.
 
-Runs through :mod:`tests.test_multirank`'s ``torchrun`` worker and its prompt-determined fake rollout engine.
+Runs through :mod:`tests.trainer.test_multirank`'s ``torchrun`` worker and its prompt-determined fake rollout engine.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from rlvr.runs.metrics import read_metrics
-from tests.test_multirank import _recipe, _torchrun
+from tests.trainer.test_multirank import _recipe, _torchrun
 
 pytestmark = pytest.mark.multiprocess
 
@@ -30,7 +30,7 @@ def test_two_ranks_match_one_rank_with_pools_and_dynamic_sampling(tmp_path):
 
     def scenario(name: str) -> dict:
         raw = _recipe(model_dir, data, 0, 4)
-        raw["verifiers"] = [{"name": "tests.test_curriculum_trainer:odd_answers_solved"}]
+        raw["verifiers"] = [{"name": "tests.curriculum.test_curriculum_trainer:odd_answers_solved"}]
         raw["reward"] = {"num_workers": 1}
         raw["algorithm"]["dynamic_sampling"] = {"enabled": True, "max_rounds": 3}
         raw["curriculum"] = {"sampler": "pools", "pools": {"weights": {"easy": 0.3, "normal": 0.5, "hard": 0.2}}}

@@ -11,7 +11,7 @@ from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
-ME = "tests.test_curriculum_trainer"
+ME = "tests.curriculum.test_curriculum_trainer"
 
 
 def always_solved(completion: str, sample: dict) -> float:

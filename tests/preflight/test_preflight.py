@@ -18,7 +18,7 @@ from rlvr.preflight.model_shape import ModelShape
 from rlvr.verifiers import verifier
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
