@@ -124,7 +124,7 @@ def test_labelled_case(backend, case):
         assert first.verdict.value in allowed, detail
 
 
-LABELLED_CASES = Path(__file__).resolve().parents[2] / "data" / "code_cases.jsonl"
+LABELLED_CASES = Path(__file__).resolve().parents[1] / "data" / "code_cases.jsonl"
 
 
 @pytest.mark.docker

@@ -14,7 +14,7 @@ from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.sandbox.languages import LANGUAGES, java_class_name, missing_tools, parse_language
 
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "3000000000 3000000000\n", "output": "6000000000\n"}]
-LANGUAGE_CASES = Path(__file__).resolve().parents[2] / "data" / "code_cases_languages.jsonl"
+LANGUAGE_CASES = Path(__file__).resolve().parents[1] / "data" / "code_cases_languages.jsonl"
 BACKENDS = [pytest.param("docker", marks=pytest.mark.docker), "bwrap"]
 
 # (language, label, program, expected verdicts of the two ADD tests)

@@ -10,7 +10,7 @@ from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
 from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.sandbox.judge import judge
 
-LANGUAGE_CASES = Path(__file__).resolve().parents[2] / "data" / "code_cases_languages.jsonl"
+LANGUAGE_CASES = Path(__file__).resolve().parents[1] / "data" / "code_cases_languages.jsonl"
 ADD = [{"input": "3 4\n", "output": "7\n"}, {"input": "-1 1\n", "output": "0\n"}]
 # tests/data/code_cases_languages.jsonl cr2-10: the labelled orphaned-daemon case.
 DAEMON = ("import os\na,b=map(int,input().split())\nprint(a+b,flush=True)\nif os.fork()==0:\n    os.setsid()\n"

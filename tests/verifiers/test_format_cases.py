@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.verifiers.format_tags import check_r1_format, r1_format
 
-CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "format_cases.jsonl"
+CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "format_cases.jsonl"
 CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.verifiers.math_answer import judge_math
 
-CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "math_cases.jsonl"
+CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "math_cases.jsonl"
 CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

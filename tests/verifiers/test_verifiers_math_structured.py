@@ -20,7 +20,7 @@ from rlvr.verifiers.math_compare import equal_up_to_constants, rounds_to
 from rlvr.verifiers.math_extract import extract_answer, has_unclosed_box, labelled_box_parts
 from rlvr.verifiers.math_parse import Choice, parse_answer
 
-CASES_FILE = Path(__file__).resolve().parents[2] / "data" / "math_cases_structured.jsonl"
+CASES_FILE = Path(__file__).resolve().parents[1] / "data" / "math_cases_structured.jsonl"
 STRUCTURED_CASES = [json.loads(line) for line in CASES_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
