@@ -28,11 +28,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
+
 from rlvr.models.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
 from rlvr.rollout.cpu.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
-from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 from rlvr.rollout.cpu.packed_linear import pack_linears, packing_supported  # noqa: E402
+from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 
 QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",
              "What is 250 + 375 - 81?"]

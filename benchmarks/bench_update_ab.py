@@ -36,9 +36,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    from rlvr.config import resolve
     from rlvr.models import logprobs
     from rlvr.models.attention import GQA_ATTENTION
-    from rlvr.config import resolve
     from rlvr.models.loading import load_causal_lm, resolve_model_path
 
     recipe = resolve({"model": {"name": args.model}, "data": {"source": {"type": "jsonl", "path": "x.jsonl"}},

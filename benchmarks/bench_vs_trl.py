@@ -263,6 +263,7 @@ def main() -> None:
         sys.exit("--steps must be >= 2 (the first step is a warm-up)")
 
     import torch
+
     from rlvr.models.embedded import embedded_model_dir
 
     torch.set_num_threads(args.threads)
@@ -312,7 +313,8 @@ def write_outputs(machine: dict, summaries: dict, raw: dict, args: argparse.Name
     from vs_trl_report import FINDINGS, render_results
     text = render_results(machine, summaries, machine["steps_per_run"], argv, FINDINGS)
     # bench_learning_vs_trl.py's section (between its markers) is its own measurement: carried over as it is
-    from bench_learning_vs_trl import MARK_END as end, MARK_START as start
+    from bench_learning_vs_trl import MARK_END as end
+    from bench_learning_vs_trl import MARK_START as start
     old = args.out.read_text() if args.out.exists() else ""
     if start in old and end in old:
         text = text.rstrip("\n") + "\n\n" + start + old.split(start, 1)[1].split(end, 1)[0] + end + "\n"

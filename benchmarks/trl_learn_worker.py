@@ -44,10 +44,11 @@ def main(spec_path: str, out_path: str) -> None:
     cpu_seconds = load_cpu_time(spec["cpu_time_py"]).process_tree_cpu_seconds
     import torch
     torch.set_num_threads(spec["threads"])
-    from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
     from trl.rewards import accuracy_reward
+
+    from datasets import Dataset
 
     rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines() if line.strip()]
     dataset = Dataset.from_list([{"prompt": r["messages"], "solution": str(r["answer"])} for r in rows])

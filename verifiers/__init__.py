@@ -14,12 +14,12 @@ The folder ``verifiers/`` installs as ``rlvr.verifiers`` (pyproject's package-di
 is not this project's (on the package index that name is prime-rl's environments library).
 """
 
-from rlvr.verifiers.registry import get_verifier, registered_names, verifier
+from rlvr.verifiers import code as _code  # noqa: F401  (registers "code")
 from rlvr.verifiers import countdown as _countdown  # noqa: F401  (registers "countdown")
 from rlvr.verifiers import format_tags as _format_tags  # noqa: F401  (registers "format", "boxed_format")
 from rlvr.verifiers import length as _length  # noqa: F401  (registers "overlong", "length_penalty")
 from rlvr.verifiers import math_answer as _math_answer  # noqa: F401  (registers "math")
 from rlvr.verifiers.math_answer import extract_answer, judge_math, math_equal
-from rlvr.verifiers import code as _code  # noqa: F401  (registers "code")
+from rlvr.verifiers.registry import get_verifier, registered_names, verifier
 
 __all__ = ["extract_answer", "get_verifier", "judge_math", "math_equal", "registered_names", "verifier"]

@@ -19,7 +19,8 @@ gets advantage 0 everywhere.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 from torch import Tensor

@@ -176,7 +176,8 @@ def aggregate_loss(
     - ``seq-mean-token-mean`` (original GRPO): mean over tokens within each sample, then over samples. A token of a long
       response weighs less: long wrong answers are punished less (length bias, Dr. GRPO 2503.20783 sec. 3.1).
     - ``seq-mean-token-sum``: sum over tokens per sample, mean over samples; the gradient scale grows with length.
-    - ``seq-mean-token-sum-norm`` (Dr. GRPO): sum over all tokens / (samples x ``max_len``), a constant normaliser, so no
+    - ``seq-mean-token-sum-norm`` (Dr. GRPO): sum over all tokens / (samples x ``max_len``), a constant normaliser, so
+      no
       length bias and a scale that does not depend on the batch's lengths.
 
     Args:

@@ -13,7 +13,7 @@ Shapes: N sequences, T response tokens.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

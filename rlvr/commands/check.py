@@ -47,8 +47,13 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     from rlvr.data.prompts import build_prompt_set
     from rlvr.data.sources import DataError, load_rows
     from rlvr.models.loading import ModelLoadError, load_tokenizer, resolve_model_path
-    from rlvr.runs.verifier_inputs import (VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs,
-                                      open_reward_pool, verifier_specs)
+    from rlvr.runs.verifier_inputs import (
+        VerifierKwargsError,
+        add_recipe_import_paths,
+        check_verifier_kwargs,
+        open_reward_pool,
+        verifier_specs,
+    )
     from rlvr.verifiers.registry import UnknownVerifierError, get_verifier
 
     add_recipe_import_paths(path)

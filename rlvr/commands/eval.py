@@ -7,8 +7,8 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.preflight import CheckOptions
-from rlvr.runs.recipe_inputs import build_engine, recipe_inputs
 from rlvr.runs.evaluation import run_eval
+from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
 
 
 def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
@@ -25,7 +25,7 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
         if not prompts:
             raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")
-        engine = build_engine(recipe, inputs.model_path, tokenizer)
+        engine = load_sampling_engine(recipe, inputs.model_path, tokenizer)
         ev = recipe.eval
         result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
                           temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,

@@ -4,16 +4,52 @@
 The names most callers need are importable from here.
 """
 
-from rlvr.config.loading import (apply_overrides, describe_algorithm, dump_recipe, format_validation_error,
-                                 load_any_recipe, load_recipe, load_recipe_dict, load_reward_model_recipe, resolve)
+from rlvr.config.loading import (
+                                 apply_overrides,
+                                 describe_algorithm,
+                                 dump_recipe,
+                                 format_validation_error,
+                                 load_any_recipe,
+                                 load_recipe,
+                                 load_recipe_dict,
+                                 load_reward_model_recipe,
+                                 resolve,
+)
 from rlvr.config.resume import check_resumed_recipe, recipe_changes
-from rlvr.config.schema import (ALGORITHM_OF_ADVANTAGE, AdvantageConfig, AlgorithmConfig, CriticConfig,
-                                CurriculumConfig, DataConfig, DifficultyConfig, DynamicSamplingConfig, EvalConfig,
-                                HFSource, HumanEvalSource, JsonlSource, KLConfig, ModelConfig, OptimConfig,
-                                OverlongConfig, PoolWeights, PoolsConfig, PreferenceDataConfig, ReasoningGymSource,
-                                Recipe, RecipeError, RewardConfig, RewardModelConfig, RewardModelRecipe,
-                                RewardModelTrainConfig, RolloutConfig, STD_NORMALIZE_DEFAULT, SolveRateConfig,
-                                StageConfig, TrainerConfig, VerifierConfig)
+from rlvr.config.schema import (
+                                 ALGORITHM_OF_ADVANTAGE,
+                                 STD_NORMALIZE_DEFAULT,
+                                 AdvantageConfig,
+                                 AlgorithmConfig,
+                                 CriticConfig,
+                                 CurriculumConfig,
+                                 DataConfig,
+                                 DifficultyConfig,
+                                 DynamicSamplingConfig,
+                                 EvalConfig,
+                                 HFSource,
+                                 HumanEvalSource,
+                                 JsonlSource,
+                                 KLConfig,
+                                 ModelConfig,
+                                 OptimConfig,
+                                 OverlongConfig,
+                                 PoolsConfig,
+                                 PoolWeights,
+                                 PreferenceDataConfig,
+                                 ReasoningGymSource,
+                                 Recipe,
+                                 RecipeError,
+                                 RewardConfig,
+                                 RewardModelConfig,
+                                 RewardModelRecipe,
+                                 RewardModelTrainConfig,
+                                 RolloutConfig,
+                                 SolveRateConfig,
+                                 StageConfig,
+                                 TrainerConfig,
+                                 VerifierConfig,
+)
 
 __all__ = [
     "AdvantageConfig", "ALGORITHM_OF_ADVANTAGE", "AlgorithmConfig", "apply_overrides", "check_resumed_recipe",

@@ -20,8 +20,16 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlvr.config.presets import PRESETS
-from rlvr.config.schema import (ALGORITHM_OF_ADVANTAGE, HFSource, HumanEvalSource, JsonlSource, ReasoningGymSource,
-                                Recipe, RecipeError, RewardModelRecipe)
+from rlvr.config.schema import (
+    ALGORITHM_OF_ADVANTAGE,
+    HFSource,
+    HumanEvalSource,
+    JsonlSource,
+    ReasoningGymSource,
+    Recipe,
+    RecipeError,
+    RewardModelRecipe,
+)
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -118,7 +126,10 @@ def format_validation_error(err: ValidationError, root: type[BaseModel] | None =
             owner = _model_at(loc[:-1], root or Recipe)
             valid = sorted(getattr(owner, "model_fields", {}))
             close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"; did you mean {key.rsplit('.', 1)[0] + '.' + close[0] if '.' in key else close[0]!r}?" if close else ""
+            hint = ""
+            if close:
+                suggestion = key.rsplit(".", 1)[0] + "." + close[0] if "." in key else close[0]
+                hint = f"; did you mean {suggestion!r}?"
             lines.append(f"unknown key {key!r}{hint} (valid keys here: {', '.join(valid)})")
         elif e["type"] == "value_error" and not loc:
             lines.append(e["msg"].removeprefix("Value error, "))

@@ -52,8 +52,8 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
     overridden = [k for k in changes if k in RESTORED_FROM_CHECKPOINT]
     if overridden:
         raise RecipeError(f"--resume: {', '.join(overridden)} changed, but a resumed run takes them from the "
-                          "checkpoint's optimizer and LR-scheduler state (the change would do nothing): start a new run "
-                          "to change them")
+                          "checkpoint's optimizer and LR-scheduler state (the change would do nothing): start a new "
+                          "run to change them")
     allowed = tuple(allow_changed)
     refused = {k: v for k, v in changes.items()
                if not any(k == a or k.startswith(a.rstrip(".") + ".") for a in allowed)}

@@ -29,10 +29,10 @@ import numpy as np
 
 from rlvr.config import CurriculumConfig, StageConfig
 from rlvr.curriculum.difficulty import CurriculumError, difficulties
+from rlvr.curriculum.epoch_sampler import EpochSampler
 from rlvr.curriculum.histogram import BIN_LABELS, histogram
 from rlvr.curriculum.pass_sampler import PassSampler
 from rlvr.curriculum.solve_rates import SolveRateTracker
-from rlvr.curriculum.epoch_sampler import EpochSampler
 
 POOLS: tuple[str, ...] = ("easy", "normal", "hard")
 

@@ -14,7 +14,7 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Literal
 
 import torch
@@ -123,11 +123,12 @@ def choose_precision(requested: Literal["auto", "bf16", "fp32"], device: torch.d
     return PrecisionChoice(requested, f"precision {requested} (set in the recipe): {evidence}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _announce(reason: str) -> None:
     print(f"[rlvr] {reason}", file=sys.stderr, flush=True)  # stderr: `rlvr eval` prints its JSON on stdout
 
 
 def announce_precision(choice: PrecisionChoice) -> None:
-    """Print the choice and its reason on stderr once per process (a second engine with the same choice prints nothing)."""
+    """Print the choice and its reason on stderr once per process (a second engine with the same choice prints
+    nothing)."""
     _announce(choice.reason)

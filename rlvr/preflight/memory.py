@@ -13,7 +13,8 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
   planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
   per block of a Llama-style layer (:func:`block_activation_bytes_per_token`; SDPA/flash attention keeps no L x L
-  scores; rlvr's bf16 CPU training attention keeps them while they are small, :data:`rlvr.models.attention.MAX_SCORES_BYTES`
+  scores; rlvr's bf16 CPU training attention keeps them while they are small,
+  :data:`rlvr.models.attention.MAX_SCORES_BYTES`
   a layer), or with ``model.gradient_checkpointing`` one fp32 hidden state per layer plus one block recomputed; plus
   the output layer's logits over the response, (rows, T, V) in the compute dtype, and their gradient
   (:mod:`rlvr.models.logprobs` chunks the fp32 log-softmax, not the logits).
@@ -115,7 +116,8 @@ def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
 
 def compute_bytes(recipe: Recipe, device_kind: str) -> int:
     """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32, as ``trainer.precision``
-    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.models.precision.cpu_native_bf16`, the
+    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.models.precision.cpu_native_bf16`,
+    the
     trainer's own test), fp32 on other CPUs. Recipes with the old ``trainer.bf16`` switch are read by it."""
     precision = _key(recipe, "trainer.precision")
     if precision is None:

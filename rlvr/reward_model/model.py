@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from rlvr.algo.reward_shaping import last_token_index
-from rlvr.models.logprobs import position_ids_from_mask
 from rlvr.models.loading import disable_dropout
+from rlvr.models.logprobs import position_ids_from_mask
 
 MARKER = "rlvr_reward_model.json"
 """File written next to the weights; its presence marks a folder as an rlvr reward model."""

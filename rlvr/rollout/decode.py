@@ -8,7 +8,8 @@ also keeps every step's fp32 logits, (T, R, V), to the end. Here:
 
 - :class:`PreallocatedCache`: each layer's keys/values live in one (R, H_kv, P + T, d) buffer; a step writes its
   column in place and attention reads a view of the filled part (no copy).
-- :func:`rlvr.models.attention.grouped_query_attention` (on the engine's generation copy): for one query token, attention
+- :func:`rlvr.models.attention.grouped_query_attention` (on the engine's generation copy): for one query token,
+  attention
   over the un-repeated cache, exactly ``repeat_kv`` + SDPA without the copy.
 - the log-prob of each sampled token is taken at once from that step's logits; no (T, R, V) stack.
 
@@ -27,8 +28,12 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
-from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
-                                                    TopPLogitsWarper)
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 if TYPE_CHECKING:
     from rlvr.rollout.cpu.fused_decode import FusedDecoder
@@ -128,7 +133,8 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
-        model: an HF causal LM (any attention; copy-free GQA with :func:`rlvr.models.attention.use_grouped_query_attention`).
+        model: an HF causal LM (any attention; copy-free GQA with
+        :func:`rlvr.models.attention.use_grouped_query_attention`).
         input_ids, attention_mask: (U, P) prompts, left-padded (mask 1 on real tokens; at least one per row).
         n: samples per prompt; rows are prompt-major (prompt u's samples are rows u*n .. u*n + n - 1).
         max_new_tokens: T, the most tokens per sample. temperature: 0 = greedy. top_k: 0 = off. top_p: 1 = off.

@@ -78,7 +78,8 @@ def import_vllm() -> Any:
     """Import vLLM with the environment an in-process engine needs.
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process: weights are handed over as tensors,
-    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own. Raises VLLMNotInstalledError with the install command when vLLM is absent.
+    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own.
+    Raises VLLMNotInstalledError with the install command when vLLM is absent.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is rlvr's: `rlvr eval` prints JSON there

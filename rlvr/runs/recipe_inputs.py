@@ -73,23 +73,21 @@ def recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> Iterato
         yield inputs
 
 
-def build_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
+def load_sampling_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
     """The recipe's rollout engine (``rollout.engine``: auto, hf or vllm) on the model at ``model_path``, for sampling
     only; ``auto`` prints which engine it picked and why.
 
     Raises:
         ModelLoadError: the model does not load. ImportError: ``vllm`` asked for but not installed.
     """
-    from rlvr.rollout.choice import with_chosen_engine
+    from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
 
     recipe = with_chosen_engine(recipe, model_path)
     model = load_causal_lm(model_path, recipe.model).eval()
     eos = eos_token_ids(model, tokenizer)
-    if recipe.rollout.engine == "hf":
-        from rlvr.rollout.hf import HFRolloutEngine
+    autocast_dtype = None
+    if recipe.rollout.engine == "hf":  # vLLM picks its own dtype from the same choice
         precision = choose_precision(recipe.trainer.precision, next(model.parameters()).device)
         announce_precision(precision)
-        return HFRolloutEngine(model, tokenizer, eos, batch_size=recipe.rollout.generation_batch_size,
-                               autocast_dtype=precision.autocast_dtype)
-    from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
-    return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos)
+        autocast_dtype = precision.autocast_dtype
+    return build_rollout_engine(recipe, model, tokenizer, eos, autocast_dtype)

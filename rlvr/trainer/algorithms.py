@@ -16,15 +16,17 @@ Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response token
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from rlvr.algo.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
-from rlvr.config import AlgorithmConfig
 from rlvr.algo.kl import kl_per_token
+from rlvr.algo.reward_shaping import RunningRewardNormalizer
+from rlvr.config import AlgorithmConfig
 from rlvr.trainer.batch import RolloutBatch
 
 AllReduceSum = Callable[[Tensor], Tensor]
@@ -60,6 +62,8 @@ class Algorithm(Protocol):
     samples (normalisation over the global batch is a collective)."""
 
     needs: Needs
+    normalizer: RunningRewardNormalizer | None
+    """Running statistics of the sequence scores that the algorithm keeps across steps (checkpointed), or None."""
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages: ...
 
@@ -77,6 +81,7 @@ class GroupRelative:
     """
 
     def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
+        self.normalizer = None
         self.config = config
         a = config
         reference = a.kl.beta > 0 if reference is None else reference
@@ -114,7 +119,8 @@ class GAE:
     """PPO's advantages from a critic (InstructGPT 2203.02155 / Ziegler 1909.08593): per-token rewards
     ``-beta * KL_t`` at every response token plus the sequence score (the reward source's total, minus
     ``critic.truncation_penalty`` for a completion cut without eos) at its last real token
-    (:func:`rlvr.algo.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam`` (:func:`rlvr.algo.gae.gae_advantages`)
+    (:func:`rlvr.algo.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam``
+    (:func:`rlvr.algo.gae.gae_advantages`)
     against the rollout-time values, and the advantages whitened over all ranks' tokens.
 
     Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
@@ -122,13 +128,15 @@ class GAE:
 
     Args:
         config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
-        normalizer: :class:`rlvr.algo.reward_shaping.RunningRewardNormalizer` (``critic.reward_normalize``), updated with
-            each batch's valid scores (all ranks) and applied to them before the KL penalty; ``None`` = raw scores.
+
+    With ``critic.reward_normalize``, a :class:`rlvr.algo.reward_shaping.RunningRewardNormalizer` (``normalizer``) is
+    updated with each batch's valid scores (all ranks) and applied to them before the KL penalty.
     """
 
-    def __init__(self, config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> None:
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
         self.config = config
-        self.normalizer = normalizer
+        c = config.critic
+        self.normalizer = RunningRewardNormalizer(clip=c.reward_clip) if c.reward_normalize else None
         self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
@@ -161,10 +169,9 @@ class GAE:
         return Advantages(advantages=adv, returns=returns)
 
 
-def build_algorithm(config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> Algorithm:
-    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae`` (with the
-    running score ``normalizer``, if any), else the group-relative kind; ``reference``: whether a reference model is
-    loaded (``None``: the recipe's need)."""
+def build_algorithm(config: AlgorithmConfig, reference: bool | None = None) -> Algorithm:
+    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae``, else the
+    group-relative kind; ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
     if config.advantage.type == "gae":
-        return GAE(config, reference, normalizer)
+        return GAE(config, reference)
     return GroupRelative(config, reference)

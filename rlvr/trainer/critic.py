@@ -17,9 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlvr.algo.losses import aggregate_loss
+from rlvr.algo.value_loss import clipped_value_loss
 from rlvr.config import AlgorithmConfig, Recipe
 from rlvr.models.logprobs import position_ids_from_mask
-from rlvr.algo.losses import aggregate_loss
 from rlvr.reward_model.model import RewardModel
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.deepspeed_setup import build_engine
@@ -27,7 +28,6 @@ from rlvr.trainer.distributed import DistInfo, all_reduce_sum
 from rlvr.trainer.progress import phase
 from rlvr.trainer.update_loop import Accumulate, Denominators
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
-from rlvr.algo.value_loss import clipped_value_loss
 
 
 class ValueModel(torch.nn.Module):

@@ -1,6 +1,7 @@
 """Building a DeepSpeed engine for a trainable model: optimizer, LR schedule and the ZeRO config.
 
-Every trainable worker (the policy; later the critic) gets its engine from :func:`build_engine`, so they share one set of
+Every trainable worker (the policy; later the critic) gets its engine from :func:`build_engine`, so they share one set
+of
 DeepSpeed conventions: we call ``backward()`` once per micro-batch on a loss already normalised by the mini-batch's
 global count and ``step()`` once per mini-batch, so DeepSpeed must neither rescale nor step on its own.
 """
@@ -8,7 +9,8 @@ global count and ``step()`` once per mini-batch, so DeepSpeed must neither resca
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

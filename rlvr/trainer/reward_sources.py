@@ -3,7 +3,8 @@
 One interface (:class:`RewardSource`) for every way a step is rewarded, so the trainer does not care which it has
 (``reward.source`` in the recipe):
 
-- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`rlvr.verifiers.reward.RewardFunction`
+- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by
+  :class:`rlvr.verifiers.reward.RewardFunction`
   in its worker pool; a verifier with ``optimise: false`` is scored and logged as gold but weighs 0 in the total.
 - ``reward_model`` / ``both``: :class:`RewardModelRewards`, a learned reward model (or ensemble, ``reward_model:``)
   scores the exact sampled token ids; the verifiers still run and are logged (as gold scores where they are not

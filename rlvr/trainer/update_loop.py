@@ -12,8 +12,9 @@ Vocabulary: N samples of the rollout batch, T response tokens, R rows of a micro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 

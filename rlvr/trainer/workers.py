@@ -170,7 +170,8 @@ class ModelWorker:
     # ------------------------------------------------------------------------------------------------ training
     def train_mode(self) -> None:
         """Before an update: the engine in train mode, the module in eval mode (dropout off, see
-        :func:`rlvr.models.loading.load_causal_lm`) except with gradient checkpointing, which HF only applies in train mode;
+        :func:`rlvr.models.loading.load_causal_lm`) except with gradient checkpointing, which HF only applies in train
+        mode;
         dropout is 0 there anyway (``load_causal_lm`` zeroes every dropout probability)."""
         self.engine.train()
         self.model.train(self.gradient_checkpointing)

@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from rlvr.algo.advantages import (broadcast_to_tokens, get_estimator, grpo_advantages, reinforce_pp_advantages,
-                             rloo_advantages, subtract_kl_from_returns, whiten)
+from rlvr.algo.advantages import (
+    broadcast_to_tokens,
+    get_estimator,
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    subtract_kl_from_returns,
+    whiten,
+)
 from rlvr.algo.kl import AdaptiveKLController, kl_per_token
 from rlvr.algo.losses import aggregate_loss, cispo_loss, ppo_clip_loss
 

@@ -8,9 +8,9 @@ import pytest
 
 from rlvr.config import CurriculumConfig, RecipeError, resolve
 from rlvr.curriculum import Curriculum, CurriculumError, SolveRateTracker
+from rlvr.curriculum.epoch_sampler import EpochSampler
 from rlvr.curriculum.histogram import BIN_LABELS, bin_index, format_histogram, histogram
 from rlvr.curriculum.pass_sampler import PassSampler
-from rlvr.curriculum.epoch_sampler import EpochSampler
 
 
 def _json(state):

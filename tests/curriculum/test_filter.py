@@ -12,7 +12,7 @@ from rlvr.curriculum.offline import FilterError, default_kept_path, filter_promp
 from rlvr.data.prompts import split_rows
 from rlvr.data.sources import load_rows
 from rlvr.rollout.base import Completion
-from tests.tiny import build_tokenizer, build_tiny_model, tiny_recipe, write_addition_dataset
+from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 
 K = 8
 

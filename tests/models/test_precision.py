@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.models import precision
 from rlvr.config import RecipeError, resolve
+from rlvr.models import precision
 from rlvr.models.precision import choose_precision
 from tests.tiny import tiny_recipe
 

@@ -309,6 +309,7 @@ def test_rm_recipe_errors_name_the_key(tmp_path, capsys):
 # --------------------------------------------------------------------------------------------------------- pairs
 def test_pairs_from_group_pairs_correct_with_incorrect_distinct_texts():
     import random
+
     from rlvr.reward_model.pairs import pairs_from_group
 
     texts = ["a", "b", "a", "c", "d", "e"]
@@ -321,6 +322,7 @@ def test_pairs_from_group_pairs_correct_with_incorrect_distinct_texts():
 
 def test_rm_pairs_cli_on_the_tiny_model(tiny_dir, tmp_path, capsys):
     import yaml
+
     from rlvr.cli import main
     from tests.tiny import tiny_recipe, write_addition_dataset
 

@@ -12,10 +12,9 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from rlvr.models.precision import cpu_native_bf16
 from rlvr.rollout import decode
-from rlvr.rollout.cpu.fused_decode import (AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported,
-                                      pack_amx)
-from rlvr.rollout.hf import _low_precision_copy
+from rlvr.rollout.cpu.fused_decode import AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported, pack_amx
 from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels, kernels_supported
+from rlvr.rollout.hf import _low_precision_copy
 from tests.tiny import build_tiny_model
 
 pytestmark = pytest.mark.skipif(not kernels_supported()[0] or not cpu_native_bf16()[0],

@@ -114,8 +114,8 @@ def test_with_the_fused_decode_step_the_model_keeps_no_packed_copy(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from rlvr.rollout.cpu.fused_decode import AmxLinear
-    from rlvr.rollout.hf import HFRolloutEngine
     from rlvr.rollout.cpu.kernels import amx_supported
+    from rlvr.rollout.hf import HFRolloutEngine
     from tests.tiny import build_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32))

@@ -6,8 +6,8 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from rlvr.models.logprobs import response_logprobs
 from rlvr.models import attention
+from rlvr.models.logprobs import response_logprobs
 from rlvr.rollout import decode
 from tests.tiny import build_tiny_model, build_tokenizer
 

@@ -4,8 +4,8 @@ import subprocess
 import pytest
 
 from rlvr import sandbox
-from rlvr.sandbox import backends as backends
 from rlvr.sandbox import SandboxUnavailable
+from rlvr.sandbox import backends as backends
 
 
 def test_unknown_backend_names_the_valid_ones():

@@ -3,8 +3,8 @@ jobs of one batch always were: nothing a program leaves (files, processes) reach
 it exits on its own when idle."""
 import pytest
 
-from rlvr.sandbox.backends import docker_backend
 from rlvr.sandbox import Job, Limits, get_backend
+from rlvr.sandbox.backends import docker_backend
 from rlvr.sandbox.backends.docker_backend import ExecChannel, docker_problem
 from rlvr.sandbox.backends.docker_pool import ContainerSpec
 from rlvr.sandbox.batch import request_bytes, run_batch

@@ -17,13 +17,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.trainer.test_multirank import FakeRolloutEngine
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
+from tests.trainer.test_multirank import FakeRolloutEngine
 
 TEMPERATURE = 0.7
 MAX_NEW = 8
@@ -246,16 +245,20 @@ class Prepared:
 def _prepare(case: Case, shared) -> Prepared:
     """The shared trainer set to the case's recipe, the batch scored and prepared, and the reference's view of it."""
     from rlvr.config import resolve
+    from rlvr.trainer.algorithms import build_algorithm
+    from rlvr.trainer.dynamic_sampling import score
     from rlvr.trainer.stages import StageTimer
 
     sh, tiny = shared
     trainer, batch = sh.trainer, sh.batch
     trainer.recipe = resolve(_raw(tiny, case))
+    trainer.algorithm = build_algorithm(trainer.recipe.algorithm, reference=trainer.ref_model is not None)
+    trainer.rewards = trainer._reward_source()
     trainer.kl_ctl.beta = case.beta
     trainer.model.load_state_dict(sh.initial)
     trainer.engine.optimizer.state.clear()  # fresh AdamW moments: every case is a first optimizer step
     batch.old_logprobs = batch.ref_logprobs = batch.advantages = None
-    trainer.verify(batch)
+    score(trainer.rewards, batch, trainer.curriculum.max_new_tokens(trainer.step_done))
     trainer.prepare(batch, StageTimer())
     samples = []
     for i, comp in enumerate(batch.completions):

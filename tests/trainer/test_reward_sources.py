@@ -7,13 +7,13 @@ import torch
 
 from rlvr.config import RecipeError, resolve
 from rlvr.data.prompts import Prompt
-from rlvr.runs.metrics import read_metrics
 from rlvr.rollout.base import Completion
+from rlvr.runs.metrics import read_metrics
+from rlvr.runs.verifier_inputs import verifier_specs
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
-from rlvr.runs.verifier_inputs import verifier_specs
-from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 from rlvr.verifiers.reward import RewardResult
+from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 
 
 class FakeVerifierPool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.verifiers.countdown import countdown, evaluate_equation, EquationError
+from rlvr.verifiers.countdown import EquationError, countdown, evaluate_equation
 from rlvr.verifiers.format_tags import boxed_format, check_r1_format, r1_format
 from rlvr.verifiers.length import length_penalty, overlong, overlong_penalty
 

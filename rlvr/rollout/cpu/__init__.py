@@ -1,4 +1,5 @@
-"""Faster CPU decoding for the ``hf`` engine's low-precision generation copy, behind one entry point, :func:`accelerate`.
+"""Faster CPU decoding for the ``hf`` engine's low-precision generation copy, behind one entry point,
+:func:`accelerate`.
 
 Where the fused bf16 kernels build and run (:mod:`.fused_decode`, :mod:`.kernels`: Llama-style models on AVX-512), each
 decode step goes through them; where they do not but oneDNN packs bf16 weights, the linear layers read prepacked

@@ -1,4 +1,5 @@
-"""Building and loading ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of :mod:`rlvr.rollout.cpu.fused_decode`).
+"""Building and loading ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
+:mod:`rlvr.rollout.cpu.fused_decode`).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``); torch
