@@ -1,4 +1,4 @@
-// Fused CPU kernels for one decode step of a Llama-style decoder in bf16 (rlvr/rollout/fused_decode.py).
+// Fused CPU kernels for one decode step of a Llama-style decoder in bf16 (rlvr/rollout/cpu/fused_decode.py).
 //
 // Decoding 16 rows, every element-wise op of a layer is a few microseconds of dispatch for a few microseconds of
 // work, and transformers runs ~200 of them a layer (RMSNorm alone is 7). Each function here is one pass over its
