@@ -32,16 +32,6 @@ def test_import_path() -> None:
         get_verifier("rlvr.verifiers.countdown:countdwn")
 
 
-def test_a_path_under_the_old_top_level_name_says_where_it_went() -> None:
-    # recipes written before the rename name built-ins as verifiers.<module>:<fn>; the error names the new path
-    with pytest.raises(UnknownVerifierError) as info:
-        get_verifier("verifiers.countdown:countdown")
-    assert "renamed to rlvr.verifiers: write 'rlvr.verifiers.countdown:countdown'" in str(info.value)
-    with pytest.raises(UnknownVerifierError) as info:  # other modules get no such hint
-        get_verifier("no_such_module_xyz:fn")
-    assert "renamed" not in str(info.value)
-
-
 def test_a_name_cannot_be_taken_twice() -> None:
     @verifier("test_registry_once")
     def first(completion: str, sample: dict) -> float:
