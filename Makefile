@@ -7,7 +7,7 @@ export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install install-vllm demo rm-ppo-demo test test-all sandbox clean
+.PHONY: install install-vllm demo rm-ppo-demo lint test test-all sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -40,6 +40,10 @@ demo: install
 # -> PPO vs GRPO step time (benchmarks/rm_ppo_chain.py; ~30 min on 2 idle cores; ARGS=--quick for a smoke run)
 rm-ppo-demo: install
 	$(PY) benchmarks/rm_ppo_chain.py $(ARGS)
+
+# ruff (configured in pyproject.toml): pyflakes, pycodestyle errors, import order, pyupgrade, bugbear
+lint: install
+	$(VENV)/bin/ruff check .
 
 # The default suite: everything but `slow`, the vLLM tests included. Where vLLM is absent they skip, except under
 # CI=true, where that is a failure (tests/vllm_required.py).

@@ -14,8 +14,8 @@ import argparse
 import torch
 
 from rlvr.config import ModelConfig
-from rlvr.logprobs import response_logprobs
-from rlvr.models import load_causal_lm, resolve_model_path
+from rlvr.models.loading import load_causal_lm, resolve_model_path
+from rlvr.models.logprobs import response_logprobs
 from rlvr.preflight.memory import block_activation_bytes_per_token
 from rlvr.preflight.model_shape import model_shape
 

@@ -4,8 +4,8 @@
     python benchmarks/bench_decode_ab.py --prompts 2 --n 8 --max-new-tokens 128 --reps 4 --threads 1
 
 ``decode_fused`` is the engine's path for Llama-style models on a CPU with native bf16 and AVX-512 (each decode step
-through :mod:`rlvr.rollout.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
-(linear layers over prepacked weights: :mod:`rlvr.rollout.packed_linear`), the engine's path elsewhere;
+through :mod:`rlvr.rollout.cpu.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
+(linear layers over prepacked weights: :mod:`rlvr.rollout.cpu.packed_linear`), the engine's path elsewhere;
 ``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights;
 ``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. All
 variants run on bf16 generation copies of the embedded SmolLM2-135M, with the same prompts and seed per repetition;
@@ -28,11 +28,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
-from rlvr.attention import use_grouped_query_attention  # noqa: E402
+
+from rlvr.models.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
-from rlvr.rollout.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
+from rlvr.rollout.cpu.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
+from rlvr.rollout.cpu.packed_linear import pack_linears, packing_supported  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
-from rlvr.rollout.packed_linear import pack_linears, packing_supported  # noqa: E402
 
 QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",
              "What is 250 + 375 - 81?"]
@@ -76,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from rlvr.config import resolve
-    from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+    from rlvr.models.loading import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
 
     recipe = resolve({"model": {"name": args.model}, "data": {"source": {"type": "jsonl", "path": "x.jsonl"}},
                       "verifiers": [{"name": "math"}]})

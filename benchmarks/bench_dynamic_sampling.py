@@ -28,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rlvr.metrics import read_metrics
+from rlvr.runs.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),

@@ -1,4 +1,4 @@
-"""Learning per unit of compute: held-out pass@1 of rlvr and of TRL's ``GRPOTrainer`` after the same budget of CPU
+"""Learning per unit of compute: held-out pass@1 of rlvr and of TRL's ``RLTrainer`` after the same budget of CPU
 seconds on the CPU demo task, several seeds each, every model scored by the same evaluator.
 
     python benchmarks/bench_learning_vs_trl.py --trl-venv .venv-trl                # 3 seeds x 2 sides, 200 CPU s each
@@ -56,7 +56,7 @@ def export_train_prompts(seed: int, path: Path) -> dict:
     from rlvr.data.prompts import build_prompt_set
     from rlvr.data.sources import load_rows
     from rlvr.data.templates import prompt_messages
-    from rlvr.models import load_tokenizer, resolve_model_path
+    from rlvr.models.loading import load_tokenizer, resolve_model_path
 
     recipe = load_recipe(RECIPE, [f"seed={seed}"])
     model_path = resolve_model_path(recipe.model.name)
@@ -275,7 +275,7 @@ def main() -> None:
         return
     if not (args.trl_venv / "bin" / "python").exists():
         sys.exit(f"no TRL venv at {args.trl_venv}: run `python benchmarks/bench_vs_trl.py --setup-trl` first")
-    from rlvr.precision import choose_precision
+    from rlvr.models.precision import choose_precision
 
     args.precision = choose_precision("auto", "cpu").name
     settings = {"cpu_budget_s": args.cpu_budget, "threads": args.threads, "precision": args.precision,

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/bench_math_verify.py --repeat 1  # quicker
 
 Accuracy: every labelled pair of ``tests/data/math_cases.jsonl`` and ``tests/data/math_cases_structured.jsonl``, and the
-hand-labelled cases of ``tests/test_verifiers_math_extra.py`` and ``tests/test_verifiers_math_structured.py``.
+hand-labelled cases of ``tests/verifiers/test_verifiers_math_extra.py`` and ``tests/verifiers/test_verifiers_math_structured.py``.
 "Plain math-verify" is math-verify with default settings:
 ``verify(parse(gold), parse(pred))``; a second row wraps the gold in ``$...$``, as trainers usually do. A call
 that hangs (math-verify's own signal timeouts cannot interrupt a long sympy/GMP computation) is killed after
@@ -59,7 +59,7 @@ def _read_jsonl(name: str) -> list[dict]:
 
 def load_cases() -> dict[str, list[dict]]:
     """Corpus name -> labelled pairs: ``dev``, ``extra`` and the newer kinds, ``structured`` and ``structured-extra``."""
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "verifiers"))
     import test_verifiers_math_structured as structured
     from test_verifiers_math_extra import CASES
 
@@ -184,10 +184,10 @@ def main() -> None:
              f"Produced by `benchmarks/bench_math_verify.py --repeat {args.repeat} --workers {args.workers}`.", "",
              "## Accuracy on labelled answer pairs", "",
              "`dev`: `tests/data/math_cases.jsonl`; `extra`: the hand-labelled pairs in "
-             "`tests/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
+             "`tests/verifiers/test_verifiers_math_extra.py` (same categories, other strings); `structured`: "
              "`tests/data/math_cases_structured.jsonl` (the newer kinds: named parts, label equations, renamed constants, "
              "stated-then-explained answers, option text, rounding, unclosed boxes); `structured-extra`: the labelled pairs "
-             "in `tests/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts); "
+             "in `tests/verifiers/test_verifiers_math_structured.py` (those kinds, each with wrong-answer counterparts); "
              "`range-cut-units`: `tests/data/math_cases_range_cut_units.jsonl` (values beyond a double's range, "
              "completions cut at the length limit, money and compound units, scaled matrices, numbers in words). "
              "*Hack accepts*: wrong answers "

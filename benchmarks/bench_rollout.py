@@ -43,8 +43,8 @@ def run_engine(args: argparse.Namespace) -> dict:
     import torch
 
     from rlvr.config import resolve
-    from rlvr.logprobs import response_logprobs
-    from rlvr.models import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+    from rlvr.models.loading import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
+    from rlvr.models.logprobs import response_logprobs
     from rlvr.rollout.base import SamplingParams
 
     torch.set_num_threads(args.threads)

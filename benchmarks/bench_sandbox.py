@@ -38,8 +38,9 @@ import resource
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 try:
     import docker as docker_sdk

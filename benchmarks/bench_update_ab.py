@@ -5,10 +5,10 @@ alternated in one process on the embedded SmolLM2-135M (fp32 master weights, bf1
 
 One micro-batch of 2 prompts x 8 samples (random ids: cost does not depend on them), prompt P tokens (one prompt
 left-padded by 5), responses of T - 45 .. T tokens (right-padded to T), through
-:func:`rlvr.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants: ``old`` (the log-prob
-module in ``--old-logprobs``, e.g. ``git show ee79a5a:rlvr/logprobs.py > /tmp/old.py``, with transformers' SDPA),
+:func:`rlvr.models.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants: ``old`` (the log-prob
+module in ``--old-logprobs``, e.g. ``git show ee79a5a:rlvr/models/logprobs.py > /tmp/old.py``, with transformers' SDPA),
 ``fused`` (this tree's log-probs, SDPA), ``fused_gqa`` (this tree's log-probs and
-:func:`rlvr.attention.grouped_query_attention`). Prints per variant the median seconds and the 1-minute load average.
+:func:`rlvr.models.attention.grouped_query_attention`). Prints per variant the median seconds and the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -29,17 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--old-logprobs", type=Path, help="a previous rlvr/logprobs.py (variant 'old')")
+    ap.add_argument("--old-logprobs", type=Path, help="a previous rlvr/models/logprobs.py (variant 'old')")
     ap.add_argument("--prompt-tokens", type=int, default=57)
     ap.add_argument("--response-tokens", type=int, default=90)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from rlvr import logprobs
-    from rlvr.attention import GQA_ATTENTION
     from rlvr.config import resolve
-    from rlvr.models import load_causal_lm, resolve_model_path
+    from rlvr.models import logprobs
+    from rlvr.models.attention import GQA_ATTENTION
+    from rlvr.models.loading import load_causal_lm, resolve_model_path
 
     recipe = resolve({"model": {"name": args.model}, "data": {"source": {"type": "jsonl", "path": "x.jsonl"}},
                       "verifiers": [{"name": "math"}]})

@@ -1,4 +1,4 @@
-"""rlvr against TRL's ``GRPOTrainer``, side by side on this machine: step time per stage, peak RSS, and the step's
+"""rlvr against TRL's ``RLTrainer``, side by side on this machine: step time per stage, peak RSS, and the step's
 FLOP / memory-bandwidth floor. Writes ``benchmarks/RESULTS.md`` and ``benchmarks/results/vs_trl.png``.
 
     python benchmarks/bench_vs_trl.py --setup-trl          # once: TRL in its own venv (.venv-trl), pins kept apart
@@ -8,7 +8,7 @@ FLOP / memory-bandwidth floor. Writes ``benchmarks/RESULTS.md`` and ``benchmarks
 Both sides get the same settings (GRPO, 2 prompts x 8 samples, 128 new tokens, temperature 1, lr 1e-6, no KL,
 token-mean loss, clip 0.2, grad clip 1.0, HF generate, the precision ``auto`` picks on this CPU), the same prompts
 (reasoning-gym ``basic_arithmetic``, boxed-answer instruction, chat template) and the same model folder (the embedded
-SmolLM2 converted once by ``rlvr.embedded``). Each run is its own process (``rlvr_step_worker.py`` in this venv,
+SmolLM2 converted once by ``rlvr.models.embedded``). Each run is its own process (``rlvr_step_worker.py`` in this venv,
 ``trl_step_worker.py`` in TRL's); the two sides alternate run by run, starting side swapped every pair, so the load
 other jobs put on the shared cores hits both. The first step of every run is a warm-up and is not counted.
 """
@@ -263,7 +263,8 @@ def main() -> None:
         sys.exit("--steps must be >= 2 (the first step is a warm-up)")
 
     import torch
-    from rlvr.embedded import embedded_model_dir
+
+    from rlvr.models.embedded import embedded_model_dir
 
     torch.set_num_threads(args.threads)
     info = cpu_info()
@@ -312,7 +313,8 @@ def write_outputs(machine: dict, summaries: dict, raw: dict, args: argparse.Name
     from vs_trl_report import FINDINGS, render_results
     text = render_results(machine, summaries, machine["steps_per_run"], argv, FINDINGS)
     # bench_learning_vs_trl.py's section (between its markers) is its own measurement: carried over as it is
-    from bench_learning_vs_trl import MARK_END as end, MARK_START as start
+    from bench_learning_vs_trl import MARK_END as end
+    from bench_learning_vs_trl import MARK_START as start
     old = args.out.read_text() if args.out.exists() else ""
     if start in old and end in old:
         text = text.rstrip("\n") + "\n\n" + start + old.split(start, 1)[1].split(end, 1)[0] + end + "\n"

@@ -47,15 +47,16 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlvr.embedded import embedded_model_dir  # noqa: E402
+from rlvr.models.embedded import embedded_model_dir  # noqa: E402
 
 EVAL_SEED = 1234
 SHOT_SEED = 98765

@@ -3,7 +3,7 @@
     python benchmarks/rlvr_step_worker.py SPEC.json OUT.json
 
 ``SPEC.json`` holds the shared settings (see ``bench_vs_trl.py``: model folder, prompt file, steps, seed, threads,
-precision, B, G, new tokens, lr). The run trains ``steps`` GRPO steps through ``GRPOTrainer.step()`` (no eval, no
+precision, B, G, new tokens, lr). The run trains ``steps`` GRPO steps through ``RLTrainer.step()`` (no eval, no
 checkpoint) and writes, per step: wall seconds, rlvr's own stage timers (``time/<stage>_s``: rollout = generation,
 reward = scoring, advantages + update = training), the prompt and completion token counts the FLOP floor needs, and
 the 1-minute load average; then the process's peak RSS.
@@ -37,7 +37,7 @@ def recipe_dict(spec: dict) -> dict:
         "algorithm": {"loss_agg": "token-mean", "kl": {"beta": 0.0}, "clip_low": 0.2, "clip_high": 0.2},
         "optim": {"lr": spec["lr"], "grad_clip": 1.0,
                   "micro_batch_size": spec["prompts_per_step"] * spec["group_size"]},
-        "trainer": {"steps": spec["steps"], "bf16": spec["precision"] == "bf16", "num_threads": spec["threads"],
+        "trainer": {"steps": spec["steps"], "precision": "bf16" if spec["precision"] == "bf16" else "fp32", "num_threads": spec["threads"],
                     "save_every": 0, "log_samples_every": 0},
         "eval": {"enabled": False},
     }
@@ -46,12 +46,12 @@ def recipe_dict(spec: dict) -> dict:
 def main(spec_path: str, out_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     from rlvr.config import resolve
-    from rlvr.trainer.grpo import GRPOTrainer
+    from rlvr.trainer.trainer import RLTrainer
 
     recipe = resolve(recipe_dict(spec))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-vs-trl-rlvr-") as run_dir:
-        trainer = GRPOTrainer(recipe, run_dir=Path(run_dir))
+        trainer = RLTrainer(recipe, run_dir=Path(run_dir))
         load_s = time.perf_counter() - start
         seen: list[tuple[list[int], list[int]]] = []
         rollout = trainer.rollout

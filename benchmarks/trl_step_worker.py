@@ -29,11 +29,12 @@ def main(spec_path: str, out_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     import torch
     torch.set_num_threads(spec["threads"])
-    from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOTrainer
     from trl.extras.profiling import ProfilingContext
     from trl.rewards import accuracy_reward
+
+    from datasets import Dataset
 
     timers: dict[str, float] = defaultdict(float)
 

@@ -64,7 +64,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   vocabulary entry: 78 ms a step for 16 x 49,152), copies 8.5%, attention 8.5%; plus, per step and layer,
   `DynamicCache`'s `torch.cat` of the whole cache and `repeat_kv`'s copy of it to all 9 query heads. Fix: the `hf`
   engine decodes with its own loop (`rlvr/rollout/decode.py`) over the HF model: a preallocated KV cache written in
-  place and read as a view; GQA attention (`rlvr/attention.py`) that lays the 3 query heads of a KV head out as 3
+  place and read as a view; GQA attention (`rlvr/models/attention.py`) that lays the 3 query heads of a KV head out as 3
   query positions of it, so SDPA reads the un-repeated cache (the same math: tested against `repeat_kv` + SDPA);
   the log-prob of the sampled token taken at each step (no (T, R, V) stack of fp32 logits); and an exact
   inverse-CDF draw (float64 CDF, one uniform per row: 4.8 ms vs multinomial's 60 ms for 16 x 49,152, same
@@ -78,10 +78,10 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   layer), and the fp32 log-softmax over 16 x 90 x 49,152 logits about a third (`sub`, `mul`, `fill_`, casts,
   softmax: autograd of `float()` -> `logsumexp` -> `gather` under checkpointing makes a zero-filled scatter, the cast's
   backward and a recomputed forward, each a full-vocabulary pass), plus a `torch.cat` of the (R, T, V) logits and a
-  slice whose backward zero-fills an (R, T, V) gradient. Fixes (`rlvr/logprobs.py`): a fused log-prob with a
+  slice whose backward zero-fills an (R, T, V) gradient. Fixes (`rlvr/models/logprobs.py`): a fused log-prob with a
   hand-written backward (`onehot - softmax`, in place, chunked, straight into bf16; tested against the plain formula
   and by hand), the response logits taken by index (`logits_to_keep` tensor) and scored apart from the prompt's last
-  logit (no cat, no slice); (`rlvr/attention.py`) on CPU under bf16 autocast, training attention as two batched
+  logit (no cat, no slice); (`rlvr/models/attention.py`) on CPU under bf16 autocast, training attention as two batched
   matmuls over the grouped heads (no `repeat_kv`), 92-108 ms vs 150-204 ms forward + backward per layer for torch's
   flash kernel (micro-benchmark, load 15); fp32 runs keep SDPA (bit-for-bit the old numerics). In-process A/B
   (`benchmarks/bench_update_ab.py`, same micro-batch, alternated, 3 repetitions at load 11-13): old 33.5 s, fused
@@ -98,7 +98,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   arriving in fp32: RoPE's fp32 cos/sin promote the bf16 projections, so the `bf16/fp16` test failed and every
   training forward and backward ran torch's flash kernel through SDPA after all. The second round's A/B credited
   the attention with 28.0 -> 21.9 s, but its micro-batch had no padding, where transformers passes no mask and SDPA
-  runs whatever the setting: that difference was load (11-13), not the attention. Fix (`rlvr/attention.py`): under
+  runs whatever the setting: that difference was load (11-13), not the attention. Fix (`rlvr/models/attention.py`): under
   CPU autocast, fp32 queries/keys/values are cast to the autocast dtype (what SDPA does under autocast) and take the
   grouped-matmul path; a test fails if SDPA is reached there. `bench_update_ab.py` now pads its micro-batch (one
   prompt left-padded, responses of 45-90 tokens): SDPA 7.32 s vs the grouped path 6.13 s forward + backward (medians of 4, alternated, 1 thread, load 1.0; per repetition 0.90, 0.88, 0.76, 0.82 of SDPA's time). Both paths are as far from an fp32 forward
@@ -110,7 +110,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   SmolLM2's shapes and 16 rows, `F.linear` streams a bf16 weight at 4-8 GB/s; the same weight packed once for oneDNN
   (`torch.ops.mkldnn._reorder_linear_weight`, the prepacking torch's Inductor does when it freezes a CPU model) at
   5-21 GB/s (q/o 87 -> 66 us, gate/up 235 -> 141, down 221 -> 83, LM head 11.1 -> 6.4 ms), with bit-identical
-  outputs at every row count tried (1-1000). Fix (`rlvr/rollout/packed_linear.py`): the `hf` engine's bf16
+  outputs at every row count tried (1-1000). Fix (`rlvr/rollout/cpu/packed_linear.py`): the `hf` engine's bf16
   generation copy on a CPU with native bf16 computes its linear layers on packed weights, re-packed after every
   weight sync (0.2 s for 135M parameters, 1 thread); memory: one more bf16 copy of the linear weights (270 MB here;
   `rlvr check` counts it). `bench_decode_ab.py`: 82.0 vs 110.6 ms a decode step packed vs unpacked (medians of 4, alternated, 1 thread, load 1.0, 2 x 8 x 128 tokens; the same tokens sampled in every repetition).
@@ -141,7 +141,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
 
 ### Fourth round: one fused decode step (quiet machine, load ~1 before each measurement)
 
-- **Fewer, larger kernels for decoding** (`rlvr/rollout/fused_decode.py`, `rlvr/rollout/decode_kernels.cpp`, built
+- **Fewer, larger kernels for decoding** (`rlvr/rollout/cpu/fused_decode.py`, `rlvr/rollout/cpu/decode_kernels.cpp`, built
   on first use by torch's extension builder, ~50 s, cached). For Llama-style models (llama, mistral, qwen2) in bf16
   on a CPU with native bf16 and AVX-512, each decode step of the `hf` engine is 9 calls a layer instead of
   transformers' modules: residual add + RMSNorm, the q/k/v GEMM (one stacked weight), RoPE, attention (which first

@@ -28,8 +28,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's to fix: printed as one line, no traceback."""
     from rlvr.config import RecipeError
     from rlvr.data.sources import DataError
-    from rlvr.embedded import EmbeddedModelError
-    from rlvr.models import ModelLoadError
+    from rlvr.models.embedded import EmbeddedModelError
+    from rlvr.models.loading import ModelLoadError
     from rlvr.preflight import PreflightError
     from rlvr.verifiers.registry import UnknownVerifierError
 
@@ -41,7 +41,7 @@ def _load(path: str, overrides: list[str]):  # noqa: ANN202 - Recipe; the import
     """The validated recipe, with its folder and the working directory on the import path (for ``module:function``
     verifiers saved next to the recipe)."""
     from rlvr.config import load_recipe
-    from rlvr.verifier_inputs import add_recipe_import_paths
+    from rlvr.runs.verifier_inputs import add_recipe_import_paths
 
     recipe = load_recipe(path, overrides)
     add_recipe_import_paths(path)
@@ -103,7 +103,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     target = Path(args.target)
     if (target / "checkpoints").is_dir() or target.name.startswith("step-"):
-        from rlvr.checkpoint import latest_checkpoint
+        from rlvr.runs.checkpoint import latest_checkpoint
 
         ckpt_dir = target if target.name.startswith("step-") else latest_checkpoint(target)
         if ckpt_dir is None:
@@ -111,7 +111,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         target = ckpt_dir / "model"
     overrides.append(f"model.name={target}" if target.exists() else f"model.name={args.target}")
     recipe = _load(args.recipe, overrides)
-    from rlvr.eval_model import evaluate_recipe
+    from rlvr.commands.eval import evaluate_recipe
 
     result = evaluate_recipe(recipe, k=args.k)
     print(json.dumps(result, indent=2))
@@ -172,11 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_verify(sub)
     from rlvr.commands.rm import add_parser as add_rm
     add_rm(sub)
-    try:
-        from rlvr.commands.filter import add_parser as add_filter
-        add_filter(sub)
-    except ImportError:
-        pass
+    from rlvr.commands.filter import add_parser as add_filter
+    add_filter(sub)
     return parser
 
 

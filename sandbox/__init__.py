@@ -11,10 +11,6 @@ on the host), `judge` (verdicts), `batch` (talking to the in-sandbox driver), `s
 The folder `sandbox/` installs as `rlvr.sandbox` (pyproject's package-dir). It imports nothing from the rest of
 `rlvr` (only the import-light `rlvr/__init__.py`) nor from `rlvr.verifiers`: it runs programs and knows no RL.
 """
-if __name__ != "rlvr.sandbox":  # imported as a top-level `sandbox` because a checkout's root is on sys.path
-    raise ImportError(f"this folder is the package rlvr.sandbox, imported here as {__name__!r}: import rlvr.sandbox "
-                      "(a top-level `sandbox` is not this project's)")
-
 from rlvr.sandbox.api import run, run_many
 from rlvr.sandbox.backends import BACKENDS, get_backend
 from rlvr.sandbox.checkers import parse_checker

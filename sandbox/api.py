@@ -1,13 +1,14 @@
 """The public entry points: `run` one program, `run_many` for throughput."""
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from rlvr.sandbox.backends import get_backend
 from rlvr.sandbox.errors import SandboxUnavailable
 from rlvr.sandbox.jobs import Job
-from rlvr.sandbox.languages import parse_language
 from rlvr.sandbox.judge import judge
+from rlvr.sandbox.languages import parse_language
 from rlvr.sandbox.limits import Limits
 from rlvr.sandbox.results import ExecStatus, JudgeResult
 from rlvr.sandbox.scheduler import execute

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from rlvr.sandbox.harness import forkserver_source, runner_source
 from rlvr.sandbox.jobs import Job

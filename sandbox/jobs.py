@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from rlvr.sandbox.checkers import Checker, parse_checker
 from rlvr.sandbox.languages import Language, java_class_name, parse_language

@@ -1,8 +1,9 @@
 """Resource limits for one program run: `Limits`, with units in every field name."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)

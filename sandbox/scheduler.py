@@ -12,7 +12,7 @@ import math
 import os
 import threading
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from rlvr.sandbox.backends.base import Backend
 from rlvr.sandbox.batch import BatchOutcome

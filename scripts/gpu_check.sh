@@ -5,9 +5,9 @@
 #
 # What it runs, each step with its own time limit, logging to OUT_DIR/NN-name.log and a summary to OUT_DIR/summary.txt:
 #   1. environment: nvidia-smi, torch/vLLM/DeepSpeed versions (installs `.[vllm,test]` into .venv-gpu if vLLM is absent)
-#   2. tests/test_vllm_engine.py on the GPU: vLLM log-probs == trainer's, weight sync (with sleep mode on: the engine
+#   2. tests/rollout/test_vllm_engine.py on the GPU: vLLM log-probs == trainer's, weight sync (with sleep mode on: the engine
 #      sleeps after each generation and wakes for the reload), seeded sampling, GRPO on vLLM rollouts
-#   3. tests/test_multirank.py (2 ranks on gloo/CPU, as in CI; the GPU is not used) and, with 2+ GPUs, the 2-rank vLLM +
+#   3. tests/trainer/test_multirank.py (2 ranks on gloo/CPU, as in CI; the GPU is not used) and, with 2+ GPUs, the 2-rank vLLM +
 #      ZeRO-3 test on NCCL
 #   4. benchmarks/bench_rollout.py: vllm vs hf tokens/s on the embedded SmolLM2-135M (no model hub needed)
 #   5. a 3-step GRPO run of recipes/demo.yaml on vLLM with ZeRO-3, reporting the rollout/trainer log-prob gap and the
@@ -50,12 +50,12 @@ step 01-env 120 bash -c "nvidia-smi; $PY -c 'import torch, vllm, deepspeed, tran
 NGPU=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 
 # 2. the vLLM engine on the GPU ---------------------------------------------------------------------------------------
-step 02-vllm-tests 900 "$PY" -m pytest -q -x -rs -p no:cacheprovider tests/test_vllm_engine.py -k "not two_ranks"
+step 02-vllm-tests 900 "$PY" -m pytest -q -x -rs -p no:cacheprovider tests/rollout/test_vllm_engine.py -k "not two_ranks"
 
 # 3. several ranks ------------------------------------------------------------------------------------------------------
-step 03-multirank-cpu 600 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_multirank.py
+step 03-multirank-cpu 600 "$PY" -m pytest -q -x -p no:cacheprovider tests/trainer/test_multirank.py
 if [ "$NGPU" -ge 2 ]; then
-  step 04-two-gpus-vllm-zero3 900 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_vllm_engine.py -k two_ranks
+  step 04-two-gpus-vllm-zero3 900 "$PY" -m pytest -q -x -p no:cacheprovider tests/rollout/test_vllm_engine.py -k two_ranks
 else
   echo "== 04-two-gpus-vllm-zero3: skipped ($NGPU GPU)" | tee -a "$SUMMARY"
 fi
@@ -71,13 +71,13 @@ import json, sys, time
 from pathlib import Path
 import torch
 from rlvr.config import load_recipe
-from rlvr.trainer.grpo import GRPOTrainer
+from rlvr.trainer.trainer import RLTrainer
 
 out = Path(sys.argv[1])
 recipe = load_recipe("recipes/demo.yaml", ["rollout.engine=vllm", "trainer.steps=3", "trainer.zero_stage=3",
                                            "trainer.save_every=0", "eval.enabled=false",
                                            "rollout.vllm_gpu_memory_utilization=0.3", "rollout.vllm_max_model_len=1024"])
-trainer = GRPOTrainer(recipe, out / "gpu_demo")
+trainer = RLTrainer(recipe, out / "gpu_demo")
 torch.cuda.synchronize()
 awake = torch.cuda.mem_get_info()
 report = {"free_gb_after_init_vllm_asleep": awake[0] / 2**30, "total_gb": awake[1] / 2**30, "steps": []}

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from rm_ppo_report import (curve_summary, moving_average, plot_gold_vs_proxy, read_curve,  # noqa: E402
-                           stage_medians, step_time_table)
+from rm_ppo_report import curve_summary, moving_average, plot_gold_vs_proxy, read_curve, stage_medians, step_time_table  # noqa: E402
 
 
 def _records() -> list[dict]:

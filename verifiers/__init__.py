@@ -7,27 +7,19 @@ Quick use::
     get_verifier("format")("<think>x</think><answer>4</answer>", {})   # {"score": 1.0, "reason": "ok"}
 
 Importing the package registers the built-ins: ``math``, ``format``, ``boxed_format``, ``countdown``,
-``overlong``, ``length_penalty`` (and ``code`` when :mod:`rlvr.verifiers.code` is importable). This package never
+``overlong``, ``length_penalty`` and ``code``. This package never
 imports torch, transformers or the rest of :mod:`rlvr` (trainer, rollout engines).
 
 The folder ``verifiers/`` installs as ``rlvr.verifiers`` (pyproject's package-dir): a top-level ``verifiers``
 is not this project's (on the package index that name is prime-rl's environments library).
 """
 
-if __name__ != "rlvr.verifiers":  # imported as a top-level `verifiers` because a checkout's root is on sys.path
-    raise ImportError(f"this folder is the package rlvr.verifiers, imported here as {__name__!r}: import rlvr.verifiers "
-                      "(a top-level `verifiers` is not this project's)")
-
-from rlvr.verifiers.registry import get_verifier, registered_names, verifier
+from rlvr.verifiers import code as _code  # noqa: F401  (registers "code")
 from rlvr.verifiers import countdown as _countdown  # noqa: F401  (registers "countdown")
 from rlvr.verifiers import format_tags as _format_tags  # noqa: F401  (registers "format", "boxed_format")
 from rlvr.verifiers import length as _length  # noqa: F401  (registers "overlong", "length_penalty")
 from rlvr.verifiers import math_answer as _math_answer  # noqa: F401  (registers "math")
 from rlvr.verifiers.math_answer import extract_answer, judge_math, math_equal
-
-try:  # written by another engineer against this registry; optional
-    from rlvr.verifiers import code as _code  # noqa: F401
-except ImportError:
-    pass
+from rlvr.verifiers.registry import get_verifier, registered_names, verifier
 
 __all__ = ["extract_answer", "get_verifier", "judge_math", "math_equal", "registered_names", "verifier"]

@@ -32,8 +32,8 @@ import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from rlvr.verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
 from rlvr.verifiers.format_tags import prompt_prefills_think
+from rlvr.verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
 from rlvr.verifiers.math_extract import EXTRACTION_MODES, extract_answer, has_unclosed_box, labelled_box_parts
 from rlvr.verifiers.math_normalize import normalize
 from rlvr.verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer

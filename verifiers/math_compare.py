@@ -35,8 +35,8 @@ import mpmath
 import sympy
 from sympy.core.function import AppliedUndef
 
-from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
 from rlvr.verifiers.math_numeric import evaluate, evaluate_or_undecided
+from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
 from rlvr.verifiers.math_units import bare_amount_ratios, units_compatible
 
 _SAMPLE_POINTS = (

@@ -358,7 +358,7 @@ def _last_anchor(text: str) -> tuple[int, str, bool] | None:
             candidate = _sentence(rest)
             after = rest[len(candidate) :]
             # the sentence ended where something follows its end: a period at the very end may be "42." of "42.5"
-            ended = bool(after) and not (after in (".", "!", "?"))
+            ended = bool(after) and after not in (".", "!", "?")
             return (last.start(), candidate, ended) if candidate.strip() else None
     return None
 

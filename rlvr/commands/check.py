@@ -46,9 +46,14 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
 
     from rlvr.data.prompts import build_prompt_set
     from rlvr.data.sources import DataError, load_rows
-    from rlvr.models import ModelLoadError, load_tokenizer, resolve_model_path
-    from rlvr.verifier_inputs import (VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs,
-                                      open_reward_pool, verifier_specs)
+    from rlvr.models.loading import ModelLoadError, load_tokenizer, resolve_model_path
+    from rlvr.runs.verifier_inputs import (
+        VerifierKwargsError,
+        add_recipe_import_paths,
+        check_verifier_kwargs,
+        open_reward_pool,
+        verifier_specs,
+    )
     from rlvr.verifiers.registry import UnknownVerifierError, get_verifier
 
     add_recipe_import_paths(path)
@@ -120,7 +125,7 @@ def _check_reward_model_recipe(path: str, overrides: list[str], report: Any) -> 
     """The checks that apply to a reward-model recipe (``kind: reward_model``): schema, preference data, model."""
     from rlvr.config import RecipeError, load_reward_model_recipe
     from rlvr.data.sources import DataError
-    from rlvr.models import ModelLoadError, resolve_model_path
+    from rlvr.models.loading import ModelLoadError, resolve_model_path
     from rlvr.reward_model.data import load_preference_groups
 
     try:

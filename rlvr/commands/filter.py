@@ -16,7 +16,7 @@ from pathlib import Path
 
 def _cmd_filter(args: argparse.Namespace) -> int:
     from rlvr.config import load_recipe
-    from rlvr.verifier_inputs import add_recipe_import_paths
+    from rlvr.runs.verifier_inputs import add_recipe_import_paths
 
     overrides = list(args.set) + ([f"model.name={args.model}"] if args.model else [])
     recipe = load_recipe(args.recipe, overrides)  # validated before torch is imported

@@ -48,17 +48,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     _add_common(fmt, "JSONL with field 'completion'")
 
     code = kinds.add_parser("code", help="run programs against tests in the sandbox")
-    try:
-        from rlvr.commands import verify_code
-    except ImportError:
-        verify_code = None  # type: ignore[assignment]
-    if verify_code is not None and hasattr(verify_code, "add_arguments"):
-        verify_code.add_arguments(code)
-    else:
-        code.add_argument("--file", required=True, help="JSONL with 'solution', 'test_type' and 'tests'")
-        code.add_argument("--backend", default="auto", help="sandbox backend: auto, docker or bwrap")
-        code.add_argument("--mode", choices=["fraction", "all"], default="fraction",
-                          help="score: fraction of tests passed, or 1/0 for all passed")
+    code.add_argument("--file", required=True, help="JSONL with 'solution', 'test_type' and 'tests'")
+    code.add_argument("--backend", default="auto", help="sandbox backend: auto, docker or bwrap")
+    code.add_argument("--mode", choices=["fraction", "all"], default="fraction",
+                      help="score: fraction of tests passed, or 1/0 for all passed")
     parser.set_defaults(func=run)
     return parser
 
@@ -73,11 +66,7 @@ def _add_common(parser: argparse.ArgumentParser, file_help: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``rlvr verify``; returns the exit code (0 ok, 2 bad usage)."""
     if args.kind == "code":
-        try:
-            from rlvr.commands.verify_code import run as run_code
-        except ImportError as exc:
-            print(f"error: 'rlvr verify code' is not available here ({exc})", file=sys.stderr)
-            return 2
+        from rlvr.commands.verify_code import run as run_code
         return int(run_code(args) or 0)
     if args.workers < 1 or not args.timeout > 0:
         print("error: --workers must be >= 1 and --timeout > 0 seconds", file=sys.stderr)

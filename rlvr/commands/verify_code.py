@@ -14,8 +14,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 CHUNK = 64  # programs judged together (and printed) at a time
 

@@ -2,7 +2,8 @@
 
 - :mod:`rlvr.curriculum.curriculum`: :class:`Curriculum`, what the trainer calls (sample, observe, staged limits).
 - :mod:`rlvr.curriculum.solve_rates`: per-prompt solve-rate counts and estimates (saved in checkpoints).
-- :mod:`rlvr.curriculum.samplers`: the weighted, resumable sampler behind the ``pools`` and ``difficulty`` curricula.
+- :mod:`rlvr.curriculum.pass_sampler`: the weighted, resumable sampler behind the ``pools`` and ``difficulty``
+  curricula.
 - :mod:`rlvr.curriculum.difficulty`: reading a dataset's difficulty field.
 - :mod:`rlvr.curriculum.histogram`: solve-rate bins shared by metrics and ``rlvr filter``.
 - :mod:`rlvr.curriculum.offline`: ``rlvr filter``, prompts filtered by a measured solve rate before training.

@@ -10,7 +10,7 @@ What the trainer does each step::
 
 Samplers (``curriculum.sampler``):
 
-- ``epoch``: seeded permutations (:class:`rlvr.data.sampler.EpochSampler`), the default.
+- ``epoch``: seeded permutations (:class:`rlvr.curriculum.epoch_sampler.EpochSampler`), the default.
 - ``pools``: prompts bucketed easy / normal / hard by their solve-rate estimate and drawn with ``pools.weights``;
   prompts without statistics count as normal.
 - ``difficulty``: by the dataset's difficulty field: ``order`` walks each pass easiest first, ``weight`` draws
@@ -29,10 +29,10 @@ import numpy as np
 
 from rlvr.config import CurriculumConfig, StageConfig
 from rlvr.curriculum.difficulty import CurriculumError, difficulties
+from rlvr.curriculum.epoch_sampler import EpochSampler
 from rlvr.curriculum.histogram import BIN_LABELS, histogram
-from rlvr.curriculum.samplers import PassSampler
+from rlvr.curriculum.pass_sampler import PassSampler
 from rlvr.curriculum.solve_rates import SolveRateTracker
-from rlvr.data.sampler import EpochSampler
 
 POOLS: tuple[str, ...] = ("easy", "normal", "hard")
 

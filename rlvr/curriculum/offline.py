@@ -32,9 +32,9 @@ from rlvr.config import Recipe
 from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
 from rlvr.preflight import CheckOptions
-from rlvr.recipe_inputs import build_engine, recipe_inputs
 from rlvr.rollout.base import SamplingParams
-from rlvr.verifier_inputs import sample_dict
+from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
+from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"
@@ -117,8 +117,14 @@ class _Progress:
 
     def __init__(self, total: int, done: int, enabled: bool) -> None:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.enabled, self.total, self.start_done = enabled, total, done
         self.start = time.perf_counter()
@@ -207,7 +213,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
                               f"training prompts (first: {str(strangers[0].get(key))[:80]!r}): use another --out")
         done = {str(r[key]) for r in measured}
         todo = [p for p in prompts if str(p.row[key]) not in done]
-        engine = engine or build_engine(recipe, inputs.model_path, tokenizer)
+        engine = engine or load_sampling_engine(recipe, inputs.model_path, tokenizer)
         ro = recipe.rollout
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
                                   max_new_tokens=ro.max_new_tokens)

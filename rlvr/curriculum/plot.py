@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from rlvr.curriculum.histogram import BIN_LABELS  # noqa: E402
-from rlvr.plots import save_figure  # noqa: E402
+from rlvr.runs.plots import save_figure  # noqa: E402
 
 
 def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:

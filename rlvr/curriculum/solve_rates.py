@@ -1,7 +1,7 @@
 """Per-prompt solve-rate statistics, updated from every rollout group and saved in checkpoints.
 
 With binary rewards, a prompt the policy always (or never) solves gives its whole group one reward: zero advantage,
-no gradient. Knowing each prompt's solve rate lets the sampler (:mod:`rlvr.curriculum.samplers`) feed prompts of the
+no gradient. Knowing each prompt's solve rate lets the sampler (:mod:`rlvr.curriculum.pass_sampler`) feed prompts of the
 right difficulty and lets the metrics show how much of a step's compute could carry gradient.
 """
 

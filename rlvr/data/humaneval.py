@@ -6,7 +6,8 @@ verifier: templates may replace `prompt`), `entry_point` (the function's name), 
 reference body; never shown to the model). The `code` verifier runs `tests`
 against a completion in the sandbox, with the stub's helpers bound first (`rlvr.verifiers.code.build_tests`): on
 HumanEval/32, /38 and /50 the tests call a helper the prompt defines (`poly`, `encode_cyclic`,
-`encode_shift`), and a completion must not be able to redefine it. Use it as an eval set, or as a small training set for code RL
+`encode_shift`), and a completion must not be able to redefine it. Use it as an eval set, or as a small training set
+for code RL
 (`recipes/code_rl.yaml`). The package's own `execution.py` runs code unsandboxed: never call it.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 missing, golds that do not verify, batch arithmetic that cannot split, a model that cannot fit), caught in seconds.
 
 ``rlvr check RECIPE.yaml`` runs them all and prints every finding; ``rlvr train``, ``rlvr eval`` and ``rlvr filter``
-run them after opening their inputs and before loading the model (:func:`rlvr.recipe_inputs.open_recipe_inputs`):
+run them after opening their inputs and before loading the model (:func:`rlvr.runs.recipe_inputs.open_recipe_inputs`):
 an error stops the command, a warning is printed and the run goes on.
 """
 

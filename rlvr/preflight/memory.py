@@ -13,16 +13,17 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - activations of one micro-batch at the longest sequence (prompt + ``rollout.max_new_tokens``), rows as the micro-batch
   planner would put together (``optim.micro_batch_size``, ``optim.micro_batch_tokens``): the tensors autograd keeps
   per block of a Llama-style layer (:func:`block_activation_bytes_per_token`; SDPA/flash attention keeps no L x L
-  scores; rlvr's bf16 CPU training attention keeps them while they are small, :data:`rlvr.attention.MAX_SCORES_BYTES`
+  scores; rlvr's bf16 CPU training attention keeps them while they are small,
+  :data:`rlvr.models.attention.MAX_SCORES_BYTES`
   a layer), or with ``model.gradient_checkpointing`` one fp32 hidden state per layer plus one block recomputed; plus
   the output layer's logits over the response, (rows, T, V) in the compute dtype, and their gradient
-  (:mod:`rlvr.logprobs` chunks the fp32 log-softmax, not the logits).
+  (:mod:`rlvr.models.logprobs` chunks the fp32 log-softmax, not the logits).
 - generation: vLLM takes ``rollout.vllm_gpu_memory_utilization`` of the GPU for its bf16 weights and KV cache (freed
   during training with ``rollout.vllm_sleep_mode``); the ``hf`` engine holds the KV cache of
   ``rollout.generation_batch_size`` sequences.
 - under bf16 autocast, the bf16 casts of the weights that autocast caches while its region lasts (2N; /R under Z = 3),
   in the forward and backward, and the ``hf`` engine's bf16 generation copy (2N), on a CPU with its linear layers'
-  weights packed for oneDNN once more (2N, :mod:`rlvr.rollout.packed_linear`).
+  weights packed for oneDNN once more (2N, :mod:`rlvr.rollout.cpu.packed_linear`).
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
 
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase; an error when it
@@ -115,7 +116,8 @@ def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
 
 def compute_bytes(recipe: Recipe, device_kind: str) -> int:
     """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32, as ``trainer.precision``
-    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.precision.cpu_native_bf16`, the
+    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.models.precision.cpu_native_bf16`,
+    the
     trainer's own test), fp32 on other CPUs. Recipes with the old ``trainer.bf16`` switch are read by it."""
     precision = _key(recipe, "trainer.precision")
     if precision is None:
@@ -126,7 +128,7 @@ def compute_bytes(recipe: Recipe, device_kind: str) -> int:
 
 
 def _cpu_native_bf16() -> bool:
-    from rlvr.precision import cpu_native_bf16
+    from rlvr.models.precision import cpu_native_bf16
 
     return cpu_native_bf16()[0]
 
@@ -274,8 +276,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
         how = "every block"
     parts.append(Part(f"activations ({rows} rows x {seq} tokens, {how})", kept, "train",
                       "optim.micro_batch_tokens / optim.micro_batch_size, or model.gradient_checkpointing: true"))
-    if act == 2 and not gpu:  # rlvr.attention's CPU training path keeps (Q, L) scores while they stay small
-        from rlvr.attention import MAX_SCORES_BYTES, scores_bytes
+    if act == 2 and not gpu:  # rlvr.models.attention's CPU training path keeps (Q, L) scores while they stay small
+        from rlvr.models.attention import MAX_SCORES_BYTES, scores_bytes
 
         per_layer = scores_bytes(rows, policy.heads, seq, seq)
         if per_layer <= MAX_SCORES_BYTES:

@@ -77,7 +77,8 @@ def check_eos(report: Report, recipe: Recipe, tokenizer: Any, model_path: str) -
     """The tokenizer's, the model config's and the generation config's EOS ids (warn when they differ and neither list
     contains the other; pad ids: warn when they differ); error when
     the token that ends an assistant turn in the chat template (or the EOS, for plain-text templates) is not among
-    the ids generation stops on (the tokenizer's EOS and the generation config's, :func:`rlvr.models.eos_token_ids`).
+    the ids generation stops on (the tokenizer's EOS and the generation config's,
+    :func:`rlvr.models.loading.eos_token_ids`).
     """
     from transformers import AutoConfig, GenerationConfig
 

@@ -20,29 +20,12 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from rlvr.logprobs import position_ids_from_mask
-from rlvr.models import disable_dropout
+from rlvr.algo.reward_shaping import last_token_index
+from rlvr.models.loading import disable_dropout
+from rlvr.models.logprobs import position_ids_from_mask
 
 MARKER = "rlvr_reward_model.json"
 """File written next to the weights; its presence marks a folder as an rlvr reward model."""
-
-
-def last_token_index(attention_mask: Tensor) -> Tensor:
-    """(N,) column of each row's last real token: the last position where ``attention_mask`` is 1.
-
-    Right for left padding, right padding and pad == eos alike, because it never looks at token ids.
-
-    Raises:
-        ValueError: ``attention_mask`` is not 2-D, or a row has no real token.
-    """
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be (N, L), got shape {tuple(attention_mask.shape)}")
-    real = attention_mask.bool()
-    if not real.any(dim=1).all():
-        bad = (~real.any(dim=1)).nonzero().flatten().tolist()
-        raise ValueError(f"rows {bad} of attention_mask have no real token; every sequence needs at least one")
-    length = attention_mask.shape[1]
-    return (length - 1 - real.flip(dims=[1]).int().argmax(dim=1)).long()
 
 
 def pad_sequences(sequences: list[list[int]], pad_id: int, side: Literal["left", "right"] = "right"

@@ -54,8 +54,8 @@ def build_pairs(recipe: Recipe, out_path: Path, *, num_prompts: int | None = Non
         DataError, ModelLoadError, UnknownVerifierError: as the trainer does; ValueError: an unknown split, or a
         recipe without verifiers.
     """
-    from rlvr.recipe_inputs import build_engine, recipe_inputs
-    from rlvr.verifier_inputs import sample_dict
+    from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
+    from rlvr.runs.verifier_inputs import sample_dict
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
@@ -73,7 +73,7 @@ def build_pairs(recipe: Recipe, out_path: Path, *, num_prompts: int | None = Non
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with recipe_inputs(recipe) as inputs, out_path.open("w") as fh:
         prompts = getattr(inputs.prompt_set, split)[:num_prompts]
-        engine = build_engine(recipe, inputs.model_path, inputs.tokenizer)
+        engine = load_sampling_engine(recipe, inputs.model_path, inputs.tokenizer)
         chunk = max(1, ro.generation_batch_size // g)
         for start in range(0, len(prompts), chunk):
             batch = prompts[start:start + chunk]

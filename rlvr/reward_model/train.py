@@ -29,7 +29,7 @@ import yaml
 
 from rlvr.config import RewardModelRecipe
 from rlvr.data.sources import DataError
-from rlvr.reward_model.data import (TokenizedGroup, load_preference_groups, split_groups, tokenize_groups)
+from rlvr.reward_model.data import TokenizedGroup, load_preference_groups, split_groups, tokenize_groups
 from rlvr.reward_model.loss import bradley_terry_loss
 from rlvr.reward_model.metrics import expected_calibration_error, pairwise_accuracy, pearson
 from rlvr.reward_model.model import RewardModel, pad_sequences
@@ -159,9 +159,9 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
     Raises:
         DataError: unreadable or invalid preference data. ModelLoadError: the backbone does not load.
     """
-    from rlvr.metrics import MetricsLogger
-    from rlvr.models import load_tokenizer, resolve_model_path
-    from rlvr.plots import save_figure
+    from rlvr.models.loading import load_tokenizer, resolve_model_path
+    from rlvr.runs.metrics import MetricsLogger
+    from rlvr.runs.plots import save_figure
 
     t0 = time.time()
     cfg = recipe.train

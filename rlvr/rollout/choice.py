@@ -114,3 +114,21 @@ def with_chosen_engine(recipe: "Recipe", model_path: str, *, announce: bool = Tr
     if announce:
         print(choice.line(requested), file=sys.stderr, flush=True)
     return recipe.model_copy(update={"rollout": recipe.rollout.model_copy(update={"engine": choice.name})})
+
+
+def build_rollout_engine(recipe: "Recipe", model: Any, tokenizer: Any, eos_ids: Any,
+                         autocast_dtype: Any = None) -> Any:
+    """The engine ``rollout.engine`` names (``hf`` or ``vllm``; resolve ``auto`` first with :func:`with_chosen_engine`)
+    over ``model``: the one place either engine is built, for training and for sampling alike.
+
+    Raises:
+        ImportError: ``vllm`` asked for but not installed.
+    """
+    if recipe.rollout.engine == "hf":
+        from rlvr.rollout.hf import HFRolloutEngine
+
+        return HFRolloutEngine(model, tokenizer, eos_ids, batch_size=recipe.rollout.generation_batch_size,
+                               autocast_dtype=autocast_dtype)
+    from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
+
+    return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos_ids)

@@ -8,29 +8,36 @@ also keeps every step's fp32 logits, (T, R, V), to the end. Here:
 
 - :class:`PreallocatedCache`: each layer's keys/values live in one (R, H_kv, P + T, d) buffer; a step writes its
   column in place and attention reads a view of the filled part (no copy).
-- :func:`rlvr.attention.grouped_query_attention` (on the engine's generation copy): for one query token, attention
-  over the un-repeated cache, exactly ``repeat_kv`` + SDPA without the copy.
+- :func:`rlvr.models.attention.grouped_query_attention` (on the engine's generation copy): for one query token,
+  attention over the un-repeated cache, exactly ``repeat_kv`` + SDPA without the copy.
 - the log-prob of each sampled token is taken at once from that step's logits; no (T, R, V) stack.
 
 Sampling uses transformers' own temperature, top-k and top-p warpers in ``generate``'s order, then one exact draw
 from the softmax by inverting its CDF (:func:`sample_categorical`; ``torch.multinomial`` draws one random number per
 vocabulary entry, 12x slower here), greedy = argmax; finished rows are fed the pad id (a row also ends where an
-optional per-row callback says so: stop strings, :mod:`rlvr.rollout.stop`). The distribution is ``generate``'s; the draws for a given seed are not (and the logits, from an equivalent computation, can differ in the
-last bits), so a seeded run samples other tokens than it did with ``generate``.
+optional per-row callback says so: stop strings, :mod:`rlvr.rollout.stop`). The distribution is ``generate``'s; the
+draws for a given seed are not (and the logits, from an equivalent computation, can differ in the last bits), so a
+seeded run samples other tokens than it did with ``generate``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
-from transformers.generation.logits_process import (LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper,
-                                                    TopPLogitsWarper)
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
-from rlvr.rollout.fused_decode import FusedDecoder
+if TYPE_CHECKING:
+    from rlvr.rollout.cpu.fused_decode import FusedDecoder
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -128,7 +135,8 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     """Sample ``n`` continuations of each left-padded prompt, prefilling each prompt once.
 
     Args:
-        model: an HF causal LM (any attention; copy-free GQA with :func:`rlvr.attention.use_grouped_query_attention`).
+        model: an HF causal LM (any attention; copy-free GQA with
+        :func:`rlvr.models.attention.use_grouped_query_attention`).
         input_ids, attention_mask: (U, P) prompts, left-padded (mask 1 on real tokens; at least one per row).
         n: samples per prompt; rows are prompt-major (prompt u's samples are rows u*n .. u*n + n - 1).
         max_new_tokens: T, the most tokens per sample. temperature: 0 = greedy. top_k: 0 = off. top_p: 1 = off.
@@ -136,7 +144,7 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         synced: keep stepping until every rank of the default process group has finished (ZeRO-3: each forward
             all-gathers the partitioned weights, so a rank that stopped early would hang the others), as
             ``generate(synced_gpus=True)`` does.
-        fused: decode steps through this :class:`~rlvr.rollout.fused_decode.FusedDecoder` of ``model`` (the
+        fused: decode steps through this :class:`~rlvr.rollout.cpu.fused_decode.FusedDecoder` of ``model`` (the
             prefill still runs ``model``); None = ``model``'s own forward.
         stop_when: called after each step as ``stop_when(row, ids)`` for every row still running that did not just
             sample an eos, with the row's sampled ids so far (a list this loop owns; do not keep or change it): True

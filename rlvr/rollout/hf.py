@@ -12,8 +12,8 @@ engine shares the policy's parameters under one autocast context instead, and we
 Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
 attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
 an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
-for oneDNN (:mod:`rlvr.rollout.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
-where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.fused_decode`; 22-27 ms
+for oneDNN (:mod:`rlvr.rollout.cpu.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
+where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.cpu.fused_decode`; 22-27 ms
 a step at 2 threads with AMX). Each prompt is prefilled
 once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
 recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
@@ -23,16 +23,18 @@ rollout's compute).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlvr.attention import use_grouped_query_attention
+from rlvr.models.attention import use_grouped_query_attention
 from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
-from rlvr.rollout.fused_decode import FusedDecoder, build_fused_decoder
-from rlvr.rollout.packed_linear import pack_linears, packing_supported, repack
 from rlvr.rollout.stop import StopStrings
+
+if TYPE_CHECKING:
+    from rlvr.rollout.cpu import CpuDecode, FusedDecoder
 
 
 class HFRolloutEngine:
@@ -71,11 +73,14 @@ class HFRolloutEngine:
                              f"parameters; got autocast_dtype={autocast_dtype}, partitioned={partitioned}")
         self.generation_model: torch.nn.Module = (_low_precision_copy(model, autocast_dtype) if generation_copy
                                                   else model)
-        # a bf16 copy on a CPU with native bf16: decode steps through fused kernels (rlvr.rollout.fused_decode), which
-        # pack their own weights; where those do not run, its linear layers read oneDNN-packed weights
-        self.fused: FusedDecoder | None = build_fused_decoder(self.generation_model) if generation_copy else None
-        if generation_copy and self.fused is None and packing_supported(self.generation_model):
-            pack_linears(self.generation_model)
+        # a bf16 copy on a CPU with native bf16: decode steps through fused kernels, which pack their own weights;
+        # where those do not run, its linear layers read oneDNN-packed weights (rlvr.rollout.cpu decides, once)
+        self.cpu_decode: CpuDecode | None = None
+        if generation_copy:
+            from rlvr.rollout import cpu
+
+            self.cpu_decode = cpu.accelerate(self.generation_model)
+        self.fused: FusedDecoder | None = self.cpu_decode.fused if self.cpu_decode is not None else None
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when
@@ -90,10 +95,8 @@ class HFRolloutEngine:
         with torch.no_grad():
             for name, dst in self.generation_model.named_parameters():
                 dst.copy_(src[name])
-        if self.fused is not None:
-            self.fused.refresh()
-        else:
-            repack(self.generation_model)
+        if self.cpu_decode is not None:
+            self.cpu_decode.refresh()
 
     @torch.no_grad()
     def generate(self, prompt_token_ids: list[list[int]], n: int,
@@ -167,7 +170,7 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
 
     Built from the config on the meta device and filled in, never ``copy.deepcopy``: DeepSpeed hangs bound methods of
     its optimizer on the parameters (ZeRO-1/2) and hooks on the modules, which a deep copy would duplicate. Its
-    linear layers are plain; :class:`HFRolloutEngine` packs them (:mod:`rlvr.rollout.packed_linear`) where the fused
+    linear layers are plain; :class:`HFRolloutEngine` packs them (:mod:`rlvr.rollout.cpu.packed_linear`) where the fused
     decode step does not run.
     """
     device = next(model.parameters()).device

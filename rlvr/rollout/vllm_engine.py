@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlvr.precision import announce_precision, choose_precision
+from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
 
@@ -78,7 +78,8 @@ def import_vllm() -> Any:
     """Import vLLM with the environment an in-process engine needs.
 
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` keeps the engine core in this process: weights are handed over as tensors,
-    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own. Raises VLLMNotInstalledError with the install command when vLLM is absent.
+    not pickled to another process. vLLM logs to stderr (its default is stdout), so a command's stdout stays its own.
+    Raises VLLMNotInstalledError with the install command when vLLM is absent.
     """
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout is rlvr's: `rlvr eval` prints JSON there
@@ -137,7 +138,7 @@ class VLLMRolloutEngine:
         after a resume), so what it serves is always the policy being trained.
         """
         vllm = import_vllm()
-        from rlvr.models import resolve_model_path
+        from rlvr.models.loading import resolve_model_path
 
         ro, cuda = recipe.rollout, torch.cuda.is_available()
         precision = choose_precision(recipe.trainer.precision, "cuda" if cuda else "cpu")

@@ -182,7 +182,8 @@ class ToolEnvironment(Environment):
                 outs = tool.run_batch([c.arguments for _, _, c in batch], sessions)
             except Exception as e:  # noqa: BLE001 - a tool that breaks its contract still never fails the step
                 seconds = (time.perf_counter() - start) / len(batch)
-                outs = [ToolResult(f"Error: {name} failed: {type(e).__name__}: {e}"[:600], "error", seconds)] * len(batch)
+                message = f"Error: {name} failed: {type(e).__name__}: {e}"[:600]
+                outs = [ToolResult(message, "error", seconds)] * len(batch)
             for (i, j, _), out in zip(batch, outs, strict=True):
                 results[(i, j)] = out
         for i, calls in enumerate(per_sample):

@@ -6,25 +6,27 @@ Two kinds share one interface, :class:`Algorithm`: ``advantages(batch) -> Advant
 advantage differs from token to token.
 
 - :class:`GroupRelative` (``grpo``, ``rloo``, ``reinforce_pp``): an outcome reward per sample, a baseline from the
-  other samples of its group (:mod:`rlvr.advantages`), broadcast over the response tokens; no critic, no returns.
+  other samples of its group (:mod:`rlvr.algo.advantages`), broadcast over the response tokens; no critic, no returns.
 - :class:`GAE` with a critic (the PPO path) is the second kind: per-token rewards and values in,
   ``Advantages(advantages, returns)`` out.
 
-The pure tensor math lives in :mod:`rlvr.advantages`; this module only wires a recipe's choice to it.
+The pure tensor math lives in :mod:`rlvr.algo.advantages`; this module only wires a recipe's choice to it.
 Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from rlvr.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
+from rlvr.algo.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
+from rlvr.algo.kl import kl_per_token
+from rlvr.algo.reward_shaping import RunningRewardNormalizer
 from rlvr.config import AlgorithmConfig
-from rlvr.kl import kl_per_token
 from rlvr.trainer.batch import RolloutBatch
 
 AllReduceSum = Callable[[Tensor], Tensor]
@@ -60,12 +62,14 @@ class Algorithm(Protocol):
     samples (normalisation over the global batch is a collective)."""
 
     needs: Needs
+    normalizer: RunningRewardNormalizer | None
+    """Running statistics of the sequence scores that the algorithm keeps across steps (checkpointed), or None."""
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages: ...
 
 
 class GroupRelative:
-    """Group-relative outcome advantages (:mod:`rlvr.advantages`: ``grpo``, ``rloo``, ``reinforce_pp``).
+    """Group-relative outcome advantages (:mod:`rlvr.algo.advantages`: ``grpo``, ``rloo``, ``reinforce_pp``).
 
     The estimator runs per group over valid samples and is broadcast to tokens; with KL in the reward,
     ``-beta * KL_t`` (the recipe's estimator, on the pre-update log-probs) is summed into each token's return;
@@ -77,6 +81,7 @@ class GroupRelative:
     """
 
     def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
+        self.normalizer = None
         self.config = config
         a = config
         reference = a.kl.beta > 0 if reference is None else reference
@@ -114,7 +119,8 @@ class GAE:
     """PPO's advantages from a critic (InstructGPT 2203.02155 / Ziegler 1909.08593): per-token rewards
     ``-beta * KL_t`` at every response token plus the sequence score (the reward source's total, minus
     ``critic.truncation_penalty`` for a completion cut without eos) at its last real token
-    (:func:`rlvr.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam`` (:func:`rlvr.gae.gae_advantages`)
+    (:func:`rlvr.algo.reward_shaping.per_token_rewards`), then GAE with ``gamma``/``lam``
+    (:func:`rlvr.algo.gae.gae_advantages`)
     against the rollout-time values, and the advantages whitened over all ranks' tokens.
 
     Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
@@ -122,29 +128,31 @@ class GAE:
 
     Args:
         config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
-        normalizer: :class:`rlvr.reward_shaping.RunningRewardNormalizer` (``critic.reward_normalize``), updated with
-            each batch's valid scores (all ranks) and applied to them before the KL penalty; ``None`` = raw scores.
+
+    With ``critic.reward_normalize``, a :class:`rlvr.algo.reward_shaping.RunningRewardNormalizer` (``normalizer``) is
+    updated with each batch's valid scores (all ranks) and applied to them before the KL penalty.
     """
 
-    def __init__(self, config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> None:
+    def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
         self.config = config
-        self.normalizer = normalizer
+        c = config.critic
+        self.normalizer = RunningRewardNormalizer(clip=c.reward_clip) if c.reward_normalize else None
         self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
         """Advantages and returns (N, T) of a prepared batch with ``values`` (N, T) from the critic."""
-        from rlvr.gae import gae_advantages
-        from rlvr.reward_shaping import per_token_rewards
+        from rlvr.algo.gae import gae_advantages
+        from rlvr.algo.reward_shaping import per_token_rewards
 
         a = self.config
         if not batch.prompts:
             if self.normalizer is not None:
-                self.normalizer.update(torch.zeros(0))  # join the collective
+                self.normalizer.update(torch.zeros(0), all_reduce_sum)  # join the collective
             whiten(torch.zeros(0, 1), torch.zeros(0, 1), all_reduce_sum=all_reduce_sum)  # join the collective
             return Advantages(advantages=torch.zeros(0, 1), returns=torch.zeros(0, 1))
         scores = batch.rewards
         if self.normalizer is not None:
-            self.normalizer.update(scores[batch.valid] if batch.valid is not None else scores)
+            self.normalizer.update(scores[batch.valid] if batch.valid is not None else scores, all_reduce_sum)
             scores = self.normalizer.normalize(scores)
         mask = batch.response_mask
         # the score sits at each completion's last token (even where the mask drops the sample: it is then masked)
@@ -161,10 +169,9 @@ class GAE:
         return Advantages(advantages=adv, returns=returns)
 
 
-def build_algorithm(config: AlgorithmConfig, reference: bool | None = None, normalizer: Any = None) -> Algorithm:
-    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae`` (with the
-    running score ``normalizer``, if any), else the group-relative kind; ``reference``: whether a reference model is
-    loaded (``None``: the recipe's need)."""
+def build_algorithm(config: AlgorithmConfig, reference: bool | None = None) -> Algorithm:
+    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae``, else the
+    group-relative kind; ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
     if config.advantage.type == "gae":
-        return GAE(config, reference, normalizer)
+        return GAE(config, reference)
     return GroupRelative(config, reference)

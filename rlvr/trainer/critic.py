@@ -7,7 +7,7 @@ model) or from the policy's weights with a new head (``init: policy``), read at 
 response token t, V(s_t), is the head on the hidden state of the position that predicts token t (the one before it),
 as TRL and OpenRLHF read it. The critic is trained by
 the same update loop as the policy (:func:`rlvr.trainer.update_loop.run_update`) with PPO's clipped value loss
-(:func:`rlvr.value_loss.clipped_value_loss`).
+(:func:`rlvr.algo.value_loss.clipped_value_loss`).
 
 Vocabulary: N samples, T response tokens, R rows of a micro-batch, T_micro its longest response, L padded length.
 """
@@ -17,9 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlvr.algo.losses import aggregate_loss
+from rlvr.algo.value_loss import clipped_value_loss
 from rlvr.config import AlgorithmConfig, Recipe
-from rlvr.logprobs import position_ids_from_mask
-from rlvr.losses import aggregate_loss
+from rlvr.models.logprobs import position_ids_from_mask
 from rlvr.reward_model.model import RewardModel
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.deepspeed_setup import build_engine
@@ -27,7 +28,6 @@ from rlvr.trainer.distributed import DistInfo, all_reduce_sum
 from rlvr.trainer.progress import phase
 from rlvr.trainer.update_loop import Accumulate, Denominators
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
-from rlvr.value_loss import clipped_value_loss
 
 
 class ValueModel(torch.nn.Module):

@@ -1,6 +1,7 @@
 """Building a DeepSpeed engine for a trainable model: optimizer, LR schedule and the ZeRO config.
 
-Every trainable worker (the policy; later the critic) gets its engine from :func:`build_engine`, so they share one set of
+Every trainable worker (the policy; later the critic) gets its engine from :func:`build_engine`, so they share one set
+of
 DeepSpeed conventions: we call ``backward()`` once per micro-batch on a loss already normalised by the mini-batch's
 global count and ``step()`` once per mini-batch, so DeepSpeed must neither rescale nor step on its own.
 """
@@ -8,11 +9,13 @@ global count and ``step()`` once per mini-batch, so DeepSpeed must neither resca
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from rlvr.config import OptimConfig, TrainerConfig, _deep_merge
+from rlvr.config import OptimConfig, TrainerConfig
+from rlvr.config.loading import deep_merge
 from rlvr.trainer.distributed import record_grad_norm_without_zero
 
 
@@ -67,7 +70,7 @@ def build_engine(model: torch.nn.Module, optim: OptimConfig, trainer: TrainerCon
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
-    ds_config = _deep_merge(ds_config, trainer.deepspeed_config)
+    ds_config = deep_merge(ds_config, trainer.deepspeed_config)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if trainer.zero_stage == 0:
         record_grad_norm_without_zero(engine)

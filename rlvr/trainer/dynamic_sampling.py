@@ -10,15 +10,48 @@ Vocabulary: B groups (prompts) of G samples.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any
 
 import torch
 
-from rlvr.config import DynamicSamplingConfig
+from rlvr.config import DynamicSamplingConfig, RolloutConfig
+from rlvr.curriculum import Curriculum
+from rlvr.data.prompts import Prompt
+from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import all_gather_objects, all_reduce_sum
+from rlvr.trainer.distributed import DistInfo, all_gather_objects, all_reduce_sum
 from rlvr.trainer.groups import solve_counts, zero_variance_groups
+from rlvr.trainer.reward_sources import RewardSource
 from rlvr.trainer.stages import StageTimer
+
+
+def rollout(engine: RolloutEngine, curriculum: Curriculum, train_prompts: list[Prompt], tokenizer: Any,
+            num_prompts: int, step: int, config: RolloutConfig, dist: DistInfo) -> RolloutBatch:
+    """Draw ``num_prompts`` training prompts from the curriculum (this rank's share of them) and sample G completions
+    for each with ``engine``, at the curriculum's length limit for ``step``."""
+    g = config.group_size
+    indices = curriculum.sample(num_prompts, step)[dist.rank::dist.world_size]
+    prompts = [train_prompts[i] for i in indices]
+    sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
+                              max_new_tokens=curriculum.max_new_tokens(step))
+    # a dynamic-sampling refill smaller than the number of ranks leaves some ranks without prompts
+    groups = engine.generate([p.token_ids for p in prompts], g, sampling) if prompts else []
+    completions = [c for group in groups for c in group]
+    # batch_decode([]) returns [''] (one empty text), not []
+    texts = tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True) \
+        if completions else []
+    return RolloutBatch(prompts=prompts, completions=completions, group_size=g, texts=texts)
+
+
+def score(rewards: RewardSource, batch: RolloutBatch, max_new_tokens: int) -> None:
+    """Score every completion of ``batch`` in place with the reward source (verifiers run in their worker pool; a
+    failure costs one sample). ``max_new_tokens``: the step's length limit, which overlong shaping reads."""
+    samples = [sample_dict(batch.prompt_of(i), c, max_new_tokens) for i, c in enumerate(batch.completions)]
+    scores = rewards.score(batch, samples)
+    batch.reward_results, batch.rewards, batch.solved, batch.valid = (scores.results, scores.rewards,
+                                                                     scores.solved, scores.valid)
+    batch.rm_scores = scores.rm_scores
 
 
 def _filtered(batch: RolloutBatch, ds: DynamicSamplingConfig) -> torch.Tensor:
@@ -27,29 +60,33 @@ def _filtered(batch: RolloutBatch, ds: DynamicSamplingConfig) -> torch.Tensor:
     return values.view(-1, batch.group_size)
 
 
-def collect(rollout: Callable[[int], RolloutBatch], verify: Callable[[RolloutBatch], None], want: int,
-            ds: DynamicSamplingConfig, observe: Callable[[list[tuple[int, int, int]]], None],
-            budget_spent: Callable[[int], bool], timer: StageTimer) -> tuple[RolloutBatch, dict[str, float], int]:
+def collect(engine: RolloutEngine, rewards: RewardSource, curriculum: Curriculum, train_prompts: list[Prompt],
+            tokenizer: Any, *, step: int, config: RolloutConfig, ds: DynamicSamplingConfig, dist: DistInfo,
+            tokens_left: float, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float], int]:
     """Rollout + verify rounds until the step's batch is complete (every rank must call it: counts are reduced).
 
     Args:
-        rollout: draws ``n`` prompts (this rank's share) and samples their groups. verify: scores a batch in place.
-        want: B, prompts per step over all ranks. ds: the recipe's dynamic-sampling section.
-        observe: takes ``(prompt index, solved, valid samples)`` per group (the curriculum's solve-rate table);
-            called with every rank's groups, so every rank keeps the same table.
-        budget_spent: whether the run's token budget is spent once ``generated`` more tokens are counted.
+        engine: the rollout engine. rewards: the reward source. curriculum: draws the prompts, gives the step's
+            length limit, and takes ``(prompt index, solved, valid samples)`` of every group (its solve-rate table),
+            from every rank's groups, so every rank keeps the same table.
+        train_prompts: the training prompts the curriculum's indices point into. tokenizer: decodes completions.
+        step: steps done so far. config: the recipe's ``rollout`` section (B = ``prompts_per_step`` over all ranks).
+        ds: the recipe's dynamic-sampling section. dist: this rank and the number of ranks.
+        tokens_left: generated tokens left in the run's budget (``inf``: no budget).
         timer: the step's stage timer (``rollout`` and ``reward`` stages).
     Returns:
         this rank's kept batch, the ``rollout/*`` counts of the step, and the tokens generated over all ranks.
     """
+    want = config.prompts_per_step
     kept: list[RolloutBatch] = []
     have, rounds, zero_var_before, groups_seen, generated = 0, 0, 0, 0, 0
     while True:
         rounds += 1
         with timer("rollout"):
-            part = rollout(want - have if ds.enabled else want)
+            part = rollout(engine, curriculum, train_prompts, tokenizer, want - have if ds.enabled else want, step,
+                           config, dist)
         with timer("reward"):
-            verify(part)
+            score(rewards, part, curriculum.max_new_tokens(step))
         g = part.group_size
         valid = part.valid.view(-1, g)  # (B_part, G)
         zero_var = zero_variance_groups(_filtered(part, ds), valid)  # (B_part,)
@@ -57,7 +94,7 @@ def collect(rollout: Callable[[int], RolloutBatch], verify: Callable[[RolloutBat
         # dropped samples are not evidence about a prompt: the table sees only valid ones
         mine = [(p.index, k, n) for p, (k, n) in zip(part.prompts, counts_per_group, strict=True) if n]
         for groups in all_gather_objects(mine):  # every rank keeps the same solve-rate table
-            observe(groups)
+            curriculum.observe(groups)
         counts = all_reduce_sum(torch.tensor([float(zero_var.sum()), float(len(part.prompts)),
                                               float(sum(len(c.token_ids) for c in part.completions))],
                                              dtype=torch.float64)).tolist()
@@ -68,7 +105,7 @@ def collect(rollout: Callable[[int], RolloutBatch], verify: Callable[[RolloutBat
             part = part.select_groups([i for i, z in enumerate(zero_var.tolist()) if not z])
         kept.append(part)
         have += int(all_reduce_sum(torch.tensor([len(part.prompts)]))[0])
-        if not ds.enabled or have >= want or rounds >= ds.max_rounds or budget_spent(generated):
+        if not ds.enabled or have >= want or rounds >= ds.max_rounds or generated >= tokens_left:
             break
     batch = RolloutBatch.concat(kept)
     zero_var_after = 0.0

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
+from rlvr.algo.kl import kl_per_token
+from rlvr.algo.losses import aggregate_loss, cispo_loss, ppo_clip_loss
 from rlvr.config import AlgorithmConfig
-from rlvr.kl import kl_per_token
-from rlvr.losses import aggregate_loss, cispo_loss, ppo_clip_loss
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_max, all_reduce_sum
 from rlvr.trainer.update_loop import Accumulate, Denominators

@@ -3,7 +3,8 @@
 One interface (:class:`RewardSource`) for every way a step is rewarded, so the trainer does not care which it has
 (``reward.source`` in the recipe):
 
-- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by :class:`rlvr.verifiers.reward.RewardFunction`
+- ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by
+  :class:`rlvr.verifiers.reward.RewardFunction`
   in its worker pool; a verifier with ``optimise: false`` is scored and logged as gold but weighs 0 in the total.
 - ``reward_model`` / ``both``: :class:`RewardModelRewards`, a learned reward model (or ensemble, ``reward_model:``)
   scores the exact sampled token ids; the verifiers still run and are logged (as gold scores where they are not
@@ -46,7 +47,7 @@ class RewardScores:
 class RewardSource(Protocol):
     """Scores the completions of a rollout batch: ``batch.texts[i]`` is the decoded completion ``i`` (token ids in
     ``batch.completions[i]``, prompt ids in ``batch.prompt_of(i)``), ``samples[i]`` what a verifier sees of it (the
-    dataset row, prompt and completion facts, :func:`rlvr.verifier_inputs.sample_dict`)."""
+    dataset row, prompt and completion facts, :func:`rlvr.runs.verifier_inputs.sample_dict`)."""
 
     labels: list[str]
     gold_labels: list[str]

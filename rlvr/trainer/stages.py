@@ -7,8 +7,8 @@ The names are shared by the trainer's ``step()``, the timers, the metric prefixe
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update", "update_critic",
           "sync", "checkpoint")

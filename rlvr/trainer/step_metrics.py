@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.kl import kl_per_token
+from rlvr.algo.kl import kl_per_token
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.groups import zero_variance_groups
@@ -120,7 +120,8 @@ def write_samples(path: Path, batch: RolloutBatch, answer_field: str | None) -> 
                 "prompt_index": prompt.index, "group": i // batch.group_size, "prompt": prompt.text,
                 "answer": prompt.row.get(answer_field) if answer_field else None,
                 "completion": text, "reward": res.total,
-                "rm_score": float(batch.rm_scores[i]) if batch.rm_scores is not None else None, "scores": res.scores, "extras": res.extras,
+                "rm_score": float(batch.rm_scores[i]) if batch.rm_scores is not None else None,
+                "scores": res.scores, "extras": res.extras,
                 "failures": res.failures, "tokens": len(comp.token_ids), "finish_reason": comp.finish_reason,
                 "advantage": float(batch.advantages[i, 0]) if batch.advantages is not None and
                 batch.advantages.shape[1] else None}, default=str) + "\n")

@@ -19,7 +19,7 @@ The driver only sequences stages; each has its own module:
 - the update loop (epochs x mini-batches x micro-batches) and the policy loss: :mod:`rlvr.trainer.update_loop`,
   :mod:`rlvr.trainer.policy_objective`;
 - metrics and sample dumps: :mod:`rlvr.trainer.step_metrics`; evals, the run loop and the summary:
-  :mod:`rlvr.trainer.run_loop`.
+  :mod:`rlvr.trainer.driver`.
 
 The same code runs on one CPU process (gloo) and under ``torchrun``/``deepspeed`` on GPUs: each rank rolls out its
 share of the step's prompts (whole groups, so group baselines need no communication) and DeepSpeed reduces gradients.
@@ -28,44 +28,46 @@ Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T respo
 
 from __future__ import annotations
 
+import math
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from rlvr import checkpoint as ckpt
+from rlvr.algo.kl import AdaptiveKLController
 from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
-from rlvr.kl import AdaptiveKLController
-from rlvr.metrics import MetricsLogger
-from rlvr.models import eos_token_ids, load_causal_lm
-from rlvr.precision import announce_precision, choose_precision
-from rlvr.recipe_inputs import open_recipe_inputs
-from rlvr.reward_shaping import RunningRewardNormalizer
-from rlvr.rollout.base import SamplingParams
-from rlvr.rollout.choice import with_chosen_engine
+from rlvr.curriculum.plot import plot_curriculum
+from rlvr.models.loading import eos_token_ids, load_causal_lm
+from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
+from rlvr.runs import checkpoint as ckpt
+from rlvr.runs.evaluation import EvalResult, run_eval
+from rlvr.runs.metrics import MetricsLogger, read_metrics
+from rlvr.runs.plots import plot_curves
+from rlvr.runs.recipe_inputs import open_recipe_inputs
 from rlvr.trainer import step_metrics
 from rlvr.trainer.algorithms import Algorithm, build_algorithm
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.critic import ValueObjective, build_critic, critic_metrics
 from rlvr.trainer.deepspeed_setup import build_engine
 from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
+from rlvr.trainer.driver import RunDriver
 from rlvr.trainer.dynamic_sampling import collect
 from rlvr.trainer.policy_objective import PolicyObjective
 from rlvr.trainer.progress import phase
 from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
-from rlvr.trainer.run_loop import RunLoop
 from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
 from rlvr.trainer.stages import StageTimer
 from rlvr.trainer.update_loop import run_update
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
-from rlvr.verifier_inputs import sample_dict
 
 
-class RLTrainer(RunLoop):
+class RLTrainer:
     """Policy optimisation on DeepSpeed with the recipe's algorithm (group-relative advantage estimator), loss
     aggregation, clipping, KL and entropy terms, against the recipe's reward source (verifiers).
 
@@ -79,7 +81,8 @@ class RLTrainer(RunLoop):
         allow_changed: recipe keys (or sections) that may differ from the run's ``recipe.resolved.yaml`` on resume.
     Raises:
         rlvr.config.RecipeError (resume with a changed recipe), rlvr.data.sources.DataError,
-        rlvr.models.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint): all
+        rlvr.models.loading.ModelLoadError, KeyError (unknown verifier), FileNotFoundError (resume without checkpoint):
+        all
         before the model is loaded.
     """
 
@@ -107,7 +110,8 @@ class RLTrainer(RunLoop):
             check_resumed_recipe(saved.read_text(), r, allow_changed)
 
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
-        needs = build_algorithm(r.algorithm).needs
+        self.algorithm: Algorithm = build_algorithm(r.algorithm)
+        needs = self.algorithm.needs
         inputs = open_recipe_inputs(r)
         self.specs, self.reward_fn = inputs.specs, inputs.reward_fn
         self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
@@ -136,6 +140,7 @@ class RLTrainer(RunLoop):
             announce_precision(self.precision)
         self.autocast_dtype = self.precision.autocast_dtype
         self.reward_model = self._load_reward_model() if r.reward.source != "verifiers" else None
+        self.rewards: RewardSource = self._reward_source()
         self.ref_model = None
         ref_engine = None
         if needs.reference:
@@ -155,11 +160,9 @@ class RLTrainer(RunLoop):
                                    self.autocast_dtype) if needs.critic else None
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
-            self.rollout_engine = rollout_engine or self._build_rollout_engine()
+            self.rollout_engine = rollout_engine or build_rollout_engine(
+                r, self.model, self.tokenizer, self.eos_ids, self.autocast_dtype)
         self.failure_reasons: dict[str, str | None] = {}
-        c = r.algorithm.critic
-        self.reward_normalizer = RunningRewardNormalizer(clip=c.reward_clip) \
-            if needs.critic and c.reward_normalize else None
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
@@ -208,25 +211,7 @@ class RLTrainer(RunLoop):
             if hasattr(member, "destroy"):
                 member.destroy()
 
-    def _build_rollout_engine(self) -> Any:
-        r = self.recipe
-        if r.rollout.engine == "hf":
-            from rlvr.rollout.hf import HFRolloutEngine
-            return HFRolloutEngine(self.model, self.tokenizer, self.eos_ids, batch_size=r.rollout.generation_batch_size,
-                                   autocast_dtype=self.autocast_dtype)
-        from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
-        return VLLMRolloutEngine.from_recipe(r, self.model, self.tokenizer, self.eos_ids)
-
-    # the algorithm and the reward source are views of ``self.recipe`` (cheap to build), read when used, so that a
-    # recipe swapped in (tests/test_reference_step.py runs every case on one trainer) takes effect everywhere
-    @property
-    def algorithm(self) -> Algorithm:
-        """The recipe's algorithm, with the reference model this trainer loaded (:mod:`rlvr.trainer.algorithms`)."""
-        return build_algorithm(self.recipe.algorithm, reference=self.ref_model is not None,
-                               normalizer=self.reward_normalizer)
-
-    @property
-    def rewards(self) -> RewardSource:
+    def _reward_source(self) -> RewardSource:
         """The recipe's reward source (``reward.source``: verifiers, reward model, or both; see
         :mod:`rlvr.trainer.reward_sources`)."""
         r = self.recipe
@@ -273,7 +258,7 @@ class RLTrainer(RunLoop):
         return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
                 "cpu_seconds": self.cpu_seconds, "eval_before": self.eval_before,
-                "reward_normalizer": self.reward_normalizer.state_dict() if self.reward_normalizer else None}
+                "reward_normalizer": self.algorithm.normalizer.state_dict() if self.algorithm.normalizer else None}
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
@@ -282,8 +267,8 @@ class RLTrainer(RunLoop):
         self.step_done = int(state["step"])
         self.curriculum.load_state_dict(state["curriculum"])
         self.kl_ctl.load_state_dict(state["kl_ctl"])
-        if self.reward_normalizer is not None:
-            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
+        if self.algorithm.normalizer is not None:
+            self.algorithm.normalizer.load_state_dict(state["reward_normalizer"])
         self.tokens_generated = int(state.get("tokens_generated", 0))
         self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.eval_before = state.get("eval_before")
@@ -302,40 +287,57 @@ class RLTrainer(RunLoop):
         self._plot()
         return path
 
+    def train(self) -> dict[str, Any]:
+        """Run the remaining steps with an eval before the first and after the last (:class:`RunDriver`); returns
+        the summary."""
+        return RunDriver(self).train()
+
+    def _plot(self) -> None:
+        if self.dist.is_main:
+            records = read_metrics(self.run_dir)
+            plot_curves(records, self.run_dir / "plots" / "curves.png",
+                        title=f"{self.recipe.model.name} | {self.run_dir.name}")
+            plot_curriculum(records, self.run_dir / "plots" / "curriculum.png",
+                            title=f"{self.recipe.model.name} | {self.run_dir.name}")
+
+    def _report_rollout_logprob_check(self, train_metrics: dict[str, float]) -> None:
+        """First step: say how far the rollout engine's log-probs are from the trainer's on the same tokens (before
+        any update, so only numerics differ). fp32 engines agree to ~1e-6; bf16 ones to ~1e-2 on average. A mean
+        above 0.1 nats points at a bug (weights not loaded, another temperature, a different tokenizer or chat
+        template); it is printed, the metrics ``train/rollout_logprob_diff_mean/max`` carry the same numbers."""
+        mean = train_metrics.get("train/rollout_logprob_diff_mean")
+        if mean is None or not self.dist.is_main:
+            return
+        peak = train_metrics.get("train/rollout_logprob_diff_max", float("nan"))
+        verdict = "ok" if mean <= 0.1 else "WARNING: larger than numerics explain; check the engine's weights/sampling"
+        print(f"rollout log-prob check ({self.recipe.rollout.engine} vs trainer, step 1): mean |diff| {mean:.2e}, "
+              f"max {peak:.2e} nats/token: {verdict}")
+
+    def evaluate(self, k: int | None = None) -> EvalResult | None:
+        """Held-out pass@1 (with standard error), pass@k, maj@k and length on the eval split; None when it is empty.
+
+        Sampling uses its own seeded RNG stream (the training RNG is saved and restored), so an eval never changes the
+        training run's numbers.
+        """
+        ev = self.recipe.eval
+        if not self.prompt_set.eval or self.solved_label is None:  # pass@k needs a verifier to say "solved"
+            return None
+        with torch.no_grad():
+            return run_eval(self.rollout_engine, self.tokenizer, self.prompt_set.eval, self.reward_fn,
+                            self.solved_label, k=k or ev.k, temperature=ev.temperature,
+                            max_new_tokens=ev.max_new_tokens or self.recipe.rollout.max_new_tokens,
+                            top_p=self.recipe.rollout.top_p, top_k=self.recipe.rollout.top_k, seed=ev.seed,
+                            rank=self.dist.rank, world_size=self.dist.world_size)
+
     # ------------------------------------------------------------------------------------------------ stages
-    def _sampling(self) -> SamplingParams:
-        ro = self.recipe.rollout
-        return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
-                              max_new_tokens=self.curriculum.max_new_tokens(self.step_done))
-
-    def rollout(self, num_prompts: int) -> RolloutBatch:
-        """Draw ``num_prompts`` training prompts (this rank's share) and sample G completions for each."""
-        g = self.recipe.rollout.group_size
-        indices = self.curriculum.sample(num_prompts, self.step_done)[self.dist.rank::self.dist.world_size]
-        prompts = [self.prompt_set.train[i] for i in indices]
-        # a dynamic-sampling refill smaller than the number of ranks leaves some ranks without prompts
-        groups = self.rollout_engine.generate([p.token_ids for p in prompts], g, self._sampling()) if prompts else []
-        completions = [c for group in groups for c in group]
-        # batch_decode([]) returns [''] (one empty text), not []
-        texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True) \
-            if completions else []
-        return RolloutBatch(prompts=prompts, completions=completions, group_size=g, texts=texts)
-
-    def verify(self, batch: RolloutBatch) -> None:
-        """Score every completion with the reward source (verifiers in the worker pool; failures cost one sample)."""
-        max_new = self.curriculum.max_new_tokens(self.step_done)  # the stage's limit (overlong shaping uses it)
-        samples = [sample_dict(batch.prompt_of(i), c, max_new) for i, c in enumerate(batch.completions)]
-        scores = self.rewards.score(batch, samples)
-        batch.reward_results, batch.rewards, batch.solved, batch.valid = (scores.results, scores.rewards,
-                                                                         scores.solved, scores.valid)
-        batch.rm_scores = scores.rm_scores
-
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
         """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`)."""
         timer = StageTimer()
+        budget = self.recipe.trainer.max_tokens_generated
         batch, info, generated = collect(
-            self.rollout, self.verify, self.recipe.rollout.prompts_per_step, self.recipe.algorithm.dynamic_sampling,
-            self.curriculum.observe, lambda more: self._budget_spent(self.tokens_generated + more), timer)
+            self.rollout_engine, self.rewards, self.curriculum, self.prompt_set.train, self.tokenizer,
+            step=self.step_done, config=self.recipe.rollout, ds=self.recipe.algorithm.dynamic_sampling, dist=self.dist,
+            tokens_left=math.inf if budget is None else budget - self.tokens_generated, timer=timer)
         self.tokens_generated += generated
         return batch, info, timer
 

@@ -12,12 +12,13 @@ Vocabulary: N samples of the rollout batch, T response tokens, R rows of a micro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
-from rlvr.losses import count_sequences
+from rlvr.algo.losses import count_sequences
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.workers import ModelWorker

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from rlvr.attention import use_grouped_query_attention
-from rlvr.logprobs import response_logprobs, shared_prefix_logprobs
+from rlvr.models.attention import use_grouped_query_attention
+from rlvr.models.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import DistInfo, all_reduce_max
 from rlvr.trainer.micro_batches import micro_batches_are_collective, plan_micro_batches
@@ -52,7 +52,7 @@ class ModelWorker:
                  temperature: float, autocast_dtype: torch.dtype | None, gradient_checkpointing: bool) -> None:
         self.model = model
         # rlvr's GQA attention where the model runs transformers' SDPA: the same math without copying keys/values
-        # per query head, and on CPU a training attention twice as fast as torch's flash kernel (rlvr.attention)
+        # per query head, and on CPU a training attention twice as fast as torch's flash kernel (rlvr.models.attention)
         use_grouped_query_attention(model)
         self.engine = engine
         self.dist = dist
@@ -107,7 +107,7 @@ class ModelWorker:
         """Log-probs and entropy (R, T_micro) of the micro-batch ``idx``; returns them with T_micro.
 
         Each distinct prompt of the micro-batch is run once and its KV cache shared by its group's rows
-        (:func:`rlvr.logprobs.shared_prefix_logprobs`): with prompts much longer than answers this divides the
+        (:func:`rlvr.models.logprobs.shared_prefix_logprobs`): with prompts much longer than answers this divides the
         forward/backward cost by up to G. Gradient checkpointing disables HF's KV cache, so it uses one row per prompt.
         """
         kw = dict(temperature=self.temperature, autocast_dtype=self.autocast_dtype, entropy_grad=entropy_grad)
@@ -170,7 +170,8 @@ class ModelWorker:
     # ------------------------------------------------------------------------------------------------ training
     def train_mode(self) -> None:
         """Before an update: the engine in train mode, the module in eval mode (dropout off, see
-        :func:`rlvr.models.load_causal_lm`) except with gradient checkpointing, which HF only applies in train mode;
+        :func:`rlvr.models.loading.load_causal_lm`) except with gradient checkpointing, which HF only applies in train
+        mode;
         dropout is 0 there anyway (``load_causal_lm`` zeroes every dropout probability)."""
         self.engine.train()
         self.model.train(self.gradient_checkpointing)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 from rlvr.sandbox.batch import BatchOutcome
 from rlvr.sandbox.jobs import Job

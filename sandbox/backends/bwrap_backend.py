@@ -17,8 +17,8 @@ import os
 import queue
 import shutil
 import subprocess
+from collections.abc import Hashable, Sequence
 from functools import cache
-from typing import Hashable, Sequence
 
 from rlvr.sandbox.backends.base import Backend, default_workers
 from rlvr.sandbox.backends.memory_cgroup import OVERHEAD_MB, MemoryCgroups

@@ -14,8 +14,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any, Hashable, Sequence
+from typing import Any
 
 import docker
 import docker.errors

@@ -7,7 +7,8 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 STDERR_TAIL = 8192  # bytes of the driver's stderr kept for error messages
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 from rlvr.sandbox.backends.base import Backend
 from rlvr.sandbox.backends.process_channel import ProcessChannel

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.precision import cpu_native_bf16
+from rlvr.models.precision import cpu_native_bf16
 from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.cpu.kernels import kernels_supported
 from rlvr.rollout.hf import HFRolloutEngine
-from rlvr.rollout.kernels import kernels_supported
 from rlvr.rollout.stop import StopStrings
 from tests.tiny import build_tiny_model, build_tokenizer
 

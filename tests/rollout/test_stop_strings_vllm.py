@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.logprobs import response_logprobs
+from rlvr.models.logprobs import response_logprobs
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.multi_turn import multi_turn_generate
 from tests.tiny import build_tiny_model, build_tokenizer

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.logprobs import response_logprobs
+from rlvr.models.logprobs import response_logprobs
 from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.hf import HFRolloutEngine
 from rlvr.rollout.multi_turn import multi_turn_generate

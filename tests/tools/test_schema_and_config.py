@@ -2,7 +2,7 @@
 
 import subprocess
 import sys
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 from pydantic import ValidationError
@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from rlvr.tools import ToolSchemaError, ToolsConfig, choose_format, function_schema
 
 
-def lookup(key: str, limit: int = 3, mode: Literal["exact", "prefix"] = "exact", tags: Optional[list[str]] = None,
+def lookup(key: str, limit: int = 3, mode: Literal["exact", "prefix"] = "exact", tags: list[str] | None = None,
            table: str = "") -> list[str]:
     """Look rows up in a table.
 

