@@ -54,6 +54,10 @@ _CHAT_TOKENS = re.compile(
     r"<\|im_start\|>|<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|<\|user\|>|<\|assistant\|>|"
     r"<｜end▁of▁sentence｜>|<end_of_turn>|<start_of_turn>|</s>"
 )
+# A turn header the completion opens with ("<|im_start|>assistant"): not an end of turn, the text follows it.
+_LEADING_HEADER = re.compile(
+    r"^\s*(?:<\|im_start\|>\s*assistant\b|<\|assistant\|>|<start_of_turn>\s*model\b|<｜Assistant｜>)[ \t]*\n?"
+)
 _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _ANSWER_OPEN = "<answer>"
@@ -194,18 +198,20 @@ def extract_answer(
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
     if extraction not in EXTRACTION_MODES:
         raise ValueError(f"extraction must be one of {EXTRACTION_MODES}, got {extraction!r}")
+    turn_ended = False
     if extraction == "marked" or truncated:
         region = _marked_region(completion, prefilled_think)
         if region is None:
             return None
-        text, in_answer_block = region
+        text, in_answer_block, turn_ended = region
     else:
         text, in_answer_block = _final_region(completion), True
     if _has_unclosed_box(text):
         return None  # a cut-off "\boxed{12" may have been "\boxed{123}": no answer, never a guess
     boxes = find_boxed_spans(text)
     anchor = _last_anchor(text)
-    if anchor is not None and truncated and not anchor[2] and (not boxes or anchor[0] >= boxes[-1][1]):
+    cut_mid_sentence = truncated and not turn_ended  # an end-of-turn token ends the last sentence
+    if anchor is not None and cut_mid_sentence and not anchor[2] and (not boxes or anchor[0] >= boxes[-1][1]):
         return None  # the last stated answer was cut mid-sentence: "The answer is 4" may have been 42
     if boxes:
         if anchor is not None and anchor[0] >= boxes[-1][1]:  # "\\boxed{200} ... The final answer is 10,455"
@@ -232,7 +238,7 @@ def extract_answer(
 
 
 def _final_region(completion: str) -> str:
-    text = completion[-MAX_CHARS:]
+    text = _LEADING_HEADER.sub("", completion[-MAX_CHARS:])
     cut = _CHAT_TOKENS.search(text)
     if cut:
         text = text[: cut.start()]
@@ -252,13 +258,15 @@ def _final_region(completion: str) -> str:
     return _HOPE.sub("", text)
 
 
-def _marked_region(completion: str, prefilled_think: bool) -> tuple[str, bool] | None:
-    """The part of ``completion`` where ``"marked"`` extraction looks, and whether it is the content of a closed
-    ``<answer>`` block (itself a marker); ``None`` when the reasoning block never closed or nothing follows it."""
-    text = completion[-MAX_CHARS:]
+def _marked_region(completion: str, prefilled_think: bool) -> tuple[str, bool, bool] | None:
+    """The part of ``completion`` where ``"marked"`` extraction looks, whether it is the content of a closed
+    ``<answer>`` block (itself a marker), and whether a chat-template token ended the turn after it; ``None`` when
+    the reasoning block never closed or nothing follows it."""
+    text = _LEADING_HEADER.sub("", completion[-MAX_CHARS:])
     cut = _CHAT_TOKENS.search(text)
     if cut:
         text = text[: cut.start()]
+    turn_ended = cut is not None
     think_open, think_close = text.rfind("<think>"), text.rfind("</think>")
     if think_close >= 0 and think_open < think_close:
         text = text[think_close + len("</think>") :]
@@ -271,13 +279,13 @@ def _marked_region(completion: str, prefilled_think: bool) -> tuple[str, bool] |
         inner = text[open_at + len(_ANSWER_OPEN) :]
         close_at = inner.find(_ANSWER_CLOSE)
         if close_at < 0:
-            return inner, False  # an unclosed block: only a closed box or anchor inside it counts
+            return inner, False, turn_ended  # an unclosed block: only a closed box or anchor inside it counts
         after = inner[close_at + len(_ANSWER_CLOSE) :]
         if _BOX_COMMAND.search(after):  # "<answer>4</answer> so \boxed{3}": the box is the final answer
-            return after, False
+            return after, False, turn_ended
         if inner[:close_at].strip():
-            return _HOPE.sub("", inner[:close_at]), True
-    return _HOPE.sub("", text), False
+            return _HOPE.sub("", inner[:close_at]), True, True
+    return _HOPE.sub("", text), False, turn_ended
 
 
 def has_unclosed_box(completion: str) -> bool:
