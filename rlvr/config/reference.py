@@ -1,0 +1,118 @@
+"""The recipe reference: every key of a training recipe and of a reward-model recipe, with its type, default and one
+line of help, rendered from the schema itself (each field's docstring in :mod:`rlvr.config.schema` is its help).
+
+    python -m rlvr.config.reference > docs/recipe-reference.md    # make docs does this
+
+``tests/config/test_recipe_reference.py`` fails when ``docs/recipe-reference.md`` differs from what this renders.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from rlvr.config.schema import Recipe, RewardModelRecipe
+
+HEADER = """# Recipe reference
+
+Every key of a recipe, generated from the schema (`rlvr/config/schema.py`) by `python -m rlvr.config.reference`; do
+not edit by hand. Keys are dotted paths (`rollout.group_size`; `verifiers[].name` is a key of each list entry).
+`required` means the key has no default. A preset (`preset: grpo`, ...) fills several keys at once; `rlvr config show
+RECIPE` prints a recipe with every key filled in, and `--set KEY=VALUE` overrides any key from the command line.
+"""
+
+
+def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
+    """``(key, type, default, help)`` for every field of ``model``, depth first; nested sections are expanded
+    (a list of sections as ``key[].field``, a union of sections once per member, named by its ``type``)."""
+    for name, info in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sections = _sections(info.annotation)
+        yield key, _type_name(info.annotation), _default(info), _help(info)
+        for section, is_list in sections:
+            label = key + ("[]" if is_list else "")
+            tag = section.model_fields.get("type")
+            if len(sections) > 1 and tag is not None and tag.default is not PydanticUndefined:
+                label += f" (type: {tag.default})"
+            yield from field_rows(section, label + ".")
+
+
+def render() -> str:
+    """The whole reference as markdown: training recipes, then reward-model recipes."""
+    out = [HEADER]
+    for title, model in (("Training recipes (`rlvr train`, `rlvr check`)", Recipe),
+                         ("Reward-model recipes (`rlvr rm train`; `kind: reward_model`)", RewardModelRecipe)):
+        out += [f"## {title}", "", "| key | type | default | help |", "| --- | --- | --- | --- |"]
+        out += [f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(h)} |" for k, t, d, h in field_rows(model)]
+        out.append("")
+    return "\n".join(out)
+
+
+def _sections(annotation: Any) -> list[tuple[type[BaseModel], bool]]:
+    """The sections a field holds: ``(model, is_list)`` for a section, a list of sections or a union of them."""
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, False)]
+    if origin in (list, tuple):
+        args = typing.get_args(annotation)
+        return [(m, True) for m, _ in _sections(args[0])] if args else []
+    if origin in (Union, types.UnionType):
+        return [s for arg in typing.get_args(annotation) for s in _sections(arg)]
+    return []
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if annotation is type(None):
+        return "null"
+    if origin is Literal:
+        return " | ".join(f"`{a!r}`".replace("'", '"') for a in typing.get_args(annotation))
+    if origin in (Union, types.UnionType):
+        names = list(dict.fromkeys(_type_name(a) for a in typing.get_args(annotation)))
+        return "one of the sections below" if names == ["section"] else " or ".join(names)
+    if origin in (list, tuple, dict):
+        args = ", ".join(_type_name(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+        return f"{origin.__name__}[{args}]" if args else origin.__name__
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "section"
+    if annotation is Any:
+        return "any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(info: FieldInfo) -> str:
+    if info.default_factory is not None:
+        value = info.default_factory()
+        if isinstance(value, BaseModel):
+            return "(section defaults)"
+        return f"`{value!r}`"
+    if info.default is PydanticUndefined:
+        return "required"
+    return f"`{info.default!r}`".replace("'", '"') if info.default is not None else "`null`"
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)\.(?=\s+[A-Z(`\"]|$)")
+
+
+def _help(info: FieldInfo) -> str:
+    """The field's docstring in markdown: whole when short, else its first sentence."""
+    text = " ".join((info.description or "").split()).replace("``", "`")
+    if len(text) <= 240:
+        return text
+    end = _SENTENCE_END.search(text)
+    return text[: end.end()] if end else text
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or "—"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
