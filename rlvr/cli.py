@@ -2,7 +2,7 @@
 
     rlvr train recipes/demo.yaml [-o runs/demo] [--set optim.lr=2e-6 ...] [--resume | --resume-from
                checkpoints/step-N] [--allow-changed trainer.steps ...]
-    rlvr eval  runs/demo --recipe recipes/demo.yaml [--k 8]       # or a model folder instead of a run dir
+    rlvr eval  runs/demo [--recipe recipes/demo.yaml] [--k 8]     # or a model folder (then --recipe) instead
     rlvr check recipes/demo.yaml [--show-prompt] [--resolved]    # pre-flight: data, model, verifiers, EOS, gold, memory
     rlvr check recipes/r1_zero_qwen2.5_math_7b.yaml --ranks 8 --gpu-memory H100-80GB
     rlvr config show recipes/demo.yaml [--set ...]               # the resolved recipe, every default filled in
@@ -48,9 +48,10 @@ def _load(path: str, overrides: list[str]):  # noqa: ANN202 - Recipe; the import
     return recipe
 
 
-def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Refuse to train into a folder that holds anything (another run's ``metrics.jsonl`` would be appended to and its
-    ``recipe.resolved.yaml`` overwritten) unless ``--resume`` or ``--overwrite`` says what to do with it.
+def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, command: str = "rlvr train") -> None:
+    """Refuse to write a run into a folder that holds anything (another run's ``metrics.jsonl`` would be appended to,
+    its model and ``recipe.resolved.yaml`` overwritten) unless ``--resume`` or ``--overwrite`` says what to do with
+    it. Every command that writes a run folder (``rlvr train``, ``rlvr rm train``) calls this.
 
     Raises:
         FileExistsError: the folder exists, is not empty, and neither flag is given.
@@ -62,7 +63,8 @@ def check_run_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
     held = sorted(p.name for p in run_dir.iterdir())
     if held:
         shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
-        raise FileExistsError(f"{run_dir} is not empty (it holds {shown}): pass --resume to continue its run, "
+        resume_hint = "--resume to continue its run, " if command == "rlvr train" else ""
+        raise FileExistsError(f"{run_dir} is not empty (it holds {shown}): pass {resume_hint}"
                               f"--overwrite to delete it and start over, or -o for another folder")
 
 
@@ -99,9 +101,24 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     print(f"model: {summary['model']}\nplots: {run_dir / 'plots' / 'curves.png'}")
 
 
+def default_eval_recipe(target: Path) -> Path:
+    """The recipe ``rlvr eval TARGET`` uses without ``--recipe``: the run's ``recipe.resolved.yaml`` (TARGET a run
+    directory, or one of its ``checkpoints/step-N`` folders).
+
+    Raises:
+        FileNotFoundError: TARGET is not inside a run directory that holds one.
+    """
+    for folder in (target, target.parent.parent) if target.name.startswith("step-") else (target,):
+        if (folder / "recipe.resolved.yaml").is_file():
+            return folder / "recipe.resolved.yaml"
+    raise FileNotFoundError(f"rlvr eval {target}: no --recipe given, and {target} is not a run directory with a "
+                            f"recipe.resolved.yaml: pass --recipe RECIPE.yaml")
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     overrides = list(args.set)
     target = Path(args.target)
+    recipe_path = args.recipe or str(default_eval_recipe(target))
     if (target / "checkpoints").is_dir() or target.name.startswith("step-"):
         from rlvr.runs.checkpoint import latest_checkpoint
 
@@ -110,7 +127,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"{target} has no finished checkpoint")
         target = ckpt_dir / "model"
     overrides.append(f"model.name={target}" if target.exists() else f"model.name={args.target}")
-    recipe = _load(args.recipe, overrides)
+    recipe = _load(recipe_path, overrides)
     from rlvr.commands.eval import evaluate_recipe
 
     result = evaluate_recipe(recipe, k=args.k)
@@ -154,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="pass@1 / pass@k / maj@k of a run or model on the recipe's held-out prompts")
     p.add_argument("target", help="a run directory, a checkpoint folder, a model folder or a hub name")
-    p.add_argument("--recipe", required=True)
+    p.add_argument("--recipe", help="the recipe whose held-out prompts and verifiers are used (default: a run "
+                                    "directory's recipe.resolved.yaml)")
     p.add_argument("--k", type=int, default=None, help="samples per prompt (default: the recipe's eval.k)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=_cmd_eval)

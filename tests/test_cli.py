@@ -75,12 +75,28 @@ def test_dataset_problems(tiny, tmp_path, capsys):
     assert f"{broken}:2: not valid JSON" in _error(capsys, ["train", recipe, "-o", str(tmp_path / "run")])
 
 
+def test_a_recipe_of_the_other_kind_names_its_command(tiny, tmp_path, capsys):
+    policy = _write(tmp_path, tiny_recipe(*tiny), "policy.yaml")
+    reward_model = _write(tmp_path, {"kind": "reward_model", "data": {"source": {"type": "jsonl", "path": "p.jsonl"}}},
+                          "rm.yaml")
+    err = _error(capsys, ["train", reward_model, "-o", str(tmp_path / "run")])
+    assert "is a reward-model recipe" in err and f"rlvr rm train {reward_model}" in err and "unknown key" not in err
+    err = _error(capsys, ["rm", "train", policy, "-o", str(tmp_path / "run")])
+    assert "is a policy recipe" in err and f"`rlvr train {policy}`" in err and "unknown key" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_eval_without_recipe_outside_a_run_dir_says_so(tiny, tmp_path, capsys):
+    err = _error(capsys, ["eval", str(tiny[0])])
+    assert "no --recipe given" in err and "recipe.resolved.yaml" in err
+
+
 def test_train_then_eval_the_run(tiny, tmp_path, capsys):
     raw = tiny_recipe(*tiny, trainer={"steps": 1}, eval={"enabled": False, "k": 2})
     recipe = _write(tmp_path, raw)
     assert main(["train", recipe, "-o", str(tmp_path / "run")]) == 0
     capsys.readouterr()
-    assert main(["eval", str(tmp_path / "run"), "--recipe", recipe, "--k", "3"]) == 0
+    assert main(["eval", str(tmp_path / "run"), "--k", "3"]) == 0  # the run's recipe.resolved.yaml by default
     result = json.loads(capsys.readouterr().out)
     assert result["num_prompts"] == 8 and result["k"] == 3
     assert result["model"].endswith("checkpoints/step-1/model")

@@ -18,12 +18,17 @@ from pathlib import Path
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from rlvr.cli import check_run_dir
     from rlvr.config import load_reward_model_recipe
 
     recipe = load_reward_model_recipe(args.recipe, args.set)  # validated before torch is imported
+    run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
+    check_run_dir(run_dir, resume=False, overwrite=args.overwrite, command="rlvr rm train")
+    if args.overwrite:
+        import shutil
+        shutil.rmtree(run_dir, ignore_errors=True)
     from rlvr.reward_model.train import train_reward_model
 
-    run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
     summary = train_reward_model(recipe, run_dir)
     ev, before = summary["eval"], summary.get("eval_before")
     if before:
@@ -70,6 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("recipe")
     p.add_argument("-o", "--output", help="run directory (default: runs/<recipe name>)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    p.add_argument("--overwrite", action="store_true", help="delete the run directory first (a folder that holds "
+                                                            "anything is refused otherwise)")
     p.set_defaults(func=_cmd_train)
 
     p = actions.add_parser("eval", help="pairwise accuracy and ECE of a reward model on a file of pairs (JSON out)")

@@ -184,9 +184,28 @@ def _refuse_preset_contradiction(preset: str, raw: dict) -> None:
                           f"{'preset: ppo' if name == 'ppo' else 'another preset'}, or drop algorithm.name")
 
 
+def _refuse_wrong_kind(path: str | Path, raw: dict, want_reward_model: bool) -> None:
+    """A recipe handed to the command of the other kind: name the command it is for. Raises RecipeError."""
+    is_reward_model = raw.get("kind") == "reward_model"
+    if is_reward_model and not want_reward_model:
+        raise RecipeError(f"{path} is a reward-model recipe (kind: reward_model): train it with `rlvr rm train "
+                          f"{path}`; `rlvr train` takes a policy recipe (model, data, rollout, verifiers, ...)")
+    if not is_reward_model and want_reward_model:
+        if "kind" in raw:
+            raise RecipeError(f"{path}: kind: {raw['kind']!r}; a reward-model recipe has kind: reward_model")
+        policy_keys = sorted(set(raw) & {"preset", "rollout", "verifiers", "reward", "algorithm", "optim", "trainer",
+                                         "eval", "curriculum", "reward_model"})
+        if policy_keys:  # otherwise validation says what is missing (kind)
+            raise RecipeError(f"{path} is a policy recipe (it has {', '.join(policy_keys)}): train it with `rlvr "
+                              f"train {path}`; `rlvr rm train` takes a reward-model recipe (kind: reward_model)")
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError."""
-    return resolve(apply_overrides(load_recipe_dict(path), overrides or []))
+    """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError (also for a reward-model
+    recipe, naming ``rlvr rm train``)."""
+    raw = load_recipe_dict(path)
+    _refuse_wrong_kind(path, raw, want_reward_model=False)
+    return resolve(apply_overrides(raw, overrides or []))
 
 
 def describe_algorithm(recipe: Recipe) -> str:
@@ -212,7 +231,9 @@ def dump_recipe(recipe: Recipe) -> str:
 
 def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = None) -> RewardModelRecipe:
     """Load a reward-model recipe (``rlvr rm train``), apply ``--set`` overrides, validate. Raises RecipeError."""
-    raw = apply_overrides(load_recipe_dict(path), overrides or [])
+    raw = load_recipe_dict(path)
+    _refuse_wrong_kind(path, raw, want_reward_model=True)
+    raw = apply_overrides(raw, overrides or [])
     try:
         return RewardModelRecipe.model_validate(raw)
     except ValidationError as err:

@@ -293,6 +293,13 @@ def test_rm_train_and_eval_cli(tiny_dir, tmp_path, capsys):
     assert again["pairwise_accuracy"] == pytest.approx(ev["pairwise_accuracy"])
     assert again["ece"] == pytest.approx(ev["ece"], abs=1e-5)
     assert main(["config", "check", str(recipe)]) == 0
+    # a second run into the same folder is refused (as `rlvr train` refuses), the first model left as it was
+    saved = (run / "model" / "rlvr_reward_model.json").read_text()
+    capsys.readouterr()
+    assert main(["rm", "train", str(recipe), "-o", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {run} is not empty" in err and "--overwrite" in err and "--resume" not in err
+    assert (run / "model" / "rlvr_reward_model.json").read_text() == saved
 
 
 def test_rm_recipe_errors_name_the_key(tmp_path, capsys):
