@@ -79,6 +79,10 @@ class DataConfig(_Section):
     system_prompt: str | None = None
     few_shot: int = Field(0, ge=0, le=8)
     """Solved examples from the training split shown as earlier turns (the assistant answers only the final answer)."""
+    shot_field: str | None = None
+    """Row field holding a few-shot example's whole assistant turn instead of the final answer alone: a worked
+    solution, e.g. a tool call (a python code block, the output block the rollout appends to it, then
+    \\boxed{answer}). Every row must carry it when ``few_shot`` > 0 (any training row can be drawn as an example)."""
     eval_size: int = Field(128, ge=0)
     """Held-out prompts, taken from the dataset before training prompts and never trained on."""
     max_train_prompts: int | None = Field(None, gt=0)

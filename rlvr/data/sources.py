@@ -80,8 +80,8 @@ def load_rows(cfg: DataConfig) -> list[dict[str, Any]]:
     """All rows of the recipe's dataset, checked for the prompt and answer fields.
 
     Raises:
-        DataError: unreadable source, an empty dataset, or a row missing ``prompt_field`` / ``answer_field``
-            (the message names the first bad row and the fields it has).
+        DataError: unreadable source, an empty dataset, or a row missing ``prompt_field`` / ``answer_field`` (or
+            ``shot_field`` when there are few-shot examples; the message names the first bad row and its fields).
     """
     src = cfg.source
     loaders = {"jsonl": _load_file, "hf": _load_hf, "reasoning_gym": _load_reasoning_gym,
@@ -89,8 +89,11 @@ def load_rows(cfg: DataConfig) -> list[dict[str, Any]]:
     rows = loaders[src.type](src)
     if not rows:
         raise DataError(f"data.source ({src.type}) holds no rows: an empty dataset cannot be trained on")
+    fields = [(cfg.prompt_field, "data.prompt_field"), (cfg.answer_field, "data.answer_field")]
+    if cfg.few_shot and cfg.shot_field is not None:
+        fields.append((cfg.shot_field, "data.shot_field"))
     for i, row in enumerate(rows):
-        for field_name, role in ((cfg.prompt_field, "data.prompt_field"), (cfg.answer_field, "data.answer_field")):
+        for field_name, role in fields:
             if field_name is not None and (field_name not in row or row[field_name] is None):
                 raise DataError(f"row {i} has no {field_name!r} field ({role}); its fields are {sorted(row)}. "
                                 f"Set {role} to the right column, or fix the data.")

@@ -6,7 +6,10 @@
 - ``chat``: the question alone (plus ``data.instruction``) in the chat template.
 
 Few-shot examples are earlier user/assistant turns whose assistant answer is just the final answer, which teaches the
-answer format without teaching the solution. Models without a chat template get "Question: ...\\nAnswer:" text.
+answer format without teaching the solution; with ``data.shot_field`` the assistant turn is that row field instead,
+a worked solution such as a tool call: a ```python block, the ```output block the rollout appends to it (fenced
+call format), then ``\\boxed{answer}`` (``datasets/make_arith_tool.py`` writes such a field). Models without a chat
+template get "Question: ...\\nAnswer:" text.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ def _user_text(question: str, cfg: DataConfig) -> str:
 
 
 def _shot_answer(row: dict[str, Any], cfg: DataConfig) -> str:
+    if cfg.shot_field:
+        return str(row[cfg.shot_field])
     answer = str(row[cfg.answer_field]) if cfg.answer_field else ""
     return f"\\boxed{{{answer}}}" if cfg.template == "boxed" else answer
 
