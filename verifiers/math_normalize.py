@@ -59,6 +59,8 @@ def normalize(answer: str) -> str:
     s = _unicode(answer)
     if "matrix" not in s and "array" not in s:
         s = re.sub(r"\\\\(?=[A-Za-z])", r"\\", s)  # "\\\\frac" written with doubled backslashes
+    if re.search(r"cents?\b|¢", s):  # "\$3 and 5 cents": the dollar sign names the first amount's unit
+        s = re.sub(r"\\\$\s*(\d+(?:\.\d+)?)(?![\d.])", r" \1 dollars ", s)
     s = s.replace("\\$", " ").replace("$", " ")
     s = re.sub(r"[€£¥₹]", " ", s)
     s = _THOUSANDS_BRACE.sub("", s)

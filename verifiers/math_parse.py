@@ -30,8 +30,8 @@ import sympy
 from sympy.core.function import AppliedUndef
 
 from rlvr.verifiers.math_normalize import normalize
-from rlvr.verifiers.math_units import Unit, compound_quantity, split_unit
-from rlvr.verifiers.math_words import number_from_words
+from rlvr.verifiers.math_units import Unit, compound_quantity, parse_unit, split_unit
+from rlvr.verifiers.math_words import fraction_from_words, is_number_word, number_from_words
 
 MAX_DIGITS = 20_000
 """Largest exact number (in decimal digits) evaluation may create; 2004! has 5,736."""
@@ -163,6 +163,7 @@ def _as_record(answer: Answer) -> Answer:
 
 def _parse_group(s: str, decimal_comma: bool) -> Answer:
     s = s.strip()
+    s = _TEXT_QUANTITY.sub(r"\1", s)  # "\text{75 cents}": an amount and its unit, not words
     compound = _compound(s) or _number_in_words(s)
     if compound is not None:  # "1 h 30 min", "30^\\circ 30'", "one hundred and five": one quantity, not a list
         return compound
@@ -182,6 +183,9 @@ def _parse_group(s: str, decimal_comma: bool) -> Answer:
                 items.append(item)
         return Seq("list", tuple(items))
     return _parse_element(s)
+
+
+_TEXT_QUANTITY = re.compile(r"^\\text\s*\{\s*(\d[\d.,]*\s+[A-Za-z][A-Za-z ]*)\}$")
 
 
 def _parse_element(s: str) -> Answer:
@@ -206,7 +210,45 @@ def _parse_element(s: str) -> Answer:
     bracketed = _parse_brackets(s)
     if bracketed is not None:
         return bracketed
+    scaled = _scaled_vector(s)
+    if scaled is not None:
+        return scaled
     return _parse_scalar(s)
+
+
+_VECTOR_OPEN = re.compile(r"\(|\\langle(?![A-Za-z])")
+
+
+def _scaled_vector(s: str) -> Seq | None:
+    """``2(1, 2, 3)``, ``\\sqrt{2}\\cdot\\langle 1, 2\\rangle``: a number times a vector written as a tuple, which
+    is the tuple of the products; None for anything else (the factor must be a number: ``f(1, 2)`` is a call)."""
+    if not (s.endswith(")") or s.endswith("\\rangle")) or "," not in s:
+        return None
+    for m in _VECTOR_OPEN.finditer(s):
+        vector, factor_text = s[m.start() :], s[: m.start()].strip()
+        factor_text = re.sub(r"\\(?:cdot|times)\s*$", "", factor_text).strip()
+        if not factor_text or not _wraps(vector, len(m.group())):
+            continue
+        try:
+            seq = _parse_brackets(vector)
+            factor = _parse_scalar(factor_text)
+        except AnswerParseError:
+            return None
+        if not (isinstance(seq, Seq) and seq.kind == "tuple" and len(seq.items) >= 2):
+            return None
+        if factor.too_large or factor.unit or factor.percent or factor.degree or factor.base is not None:
+            return None
+        value = factor.value
+        if not isinstance(value, sympy.Expr) or value.free_symbols or isinstance(value, sympy.MatrixBase):
+            return None
+        items = []
+        for item in seq.items:
+            if not isinstance(item, Scalar) or item.too_large or isinstance(item.value, sympy.MatrixBase):
+                return None
+            digits = [d for d in (factor.decimal_digits, item.decimal_digits) if d is not None]
+            items.append(Scalar(_evaluate(value * item.value), min(digits) if digits else None, source=item.source))
+        return Seq("tuple", tuple(items))
+    return None
 
 
 def _parse_piece(s: str) -> Answer:
@@ -376,10 +418,40 @@ _DEGREES_MINUTES = re.compile(
 )
 
 
+_FEET_INCHES = re.compile(rf"^(\d+)\s*{_PRIME}\s*(\d+(?:\.\d+)?)\s*{_DOUBLE_PRIME}$")
+
+
 def _number_in_words(s: str) -> Scalar | None:
-    """``seven``, ``\\text{Twenty-one}``: a whole number in words; None for other text."""
-    number = number_from_words(_text_key(s)) if _is_text(s) else None
-    return None if number is None else Scalar(sympy.Integer(number), source=s)
+    """``seven``, ``\\text{Twenty-one}``, ``negative seven``, ``three quarters``: a number in words, possibly
+    followed by one or two words naming what is counted (``seven apples``, ``\\text{three ways}``, kept as an unknown
+    unit); None for other text."""
+    if not _is_text(s):
+        return None
+    words = _number_words(s)
+    for cut in range(len(words), max(0, len(words) - 2) - 1, -1):
+        head, tail = words[:cut], words[cut:]
+        if not head or any(is_number_word(w) or w in _NOT_COUNTED for w in tail):
+            continue
+        text = " ".join(head)
+        number = number_from_words(text)
+        value = sympy.Integer(number) if number is not None else None
+        if value is None:
+            fraction = fraction_from_words(text)
+            value = None if fraction is None else sympy.Rational(fraction.numerator, fraction.denominator)
+        if value is not None:
+            unit = split_unit(f"1 {' '.join(tail)}")[1] if tail else None
+            return Scalar(value, unit=unit, source=s)
+    return None
+
+
+# Words after a number that change it rather than name what is counted ("seven times", "one more").
+_NOT_COUNTED = frozenset("times more less fewer greater smaller larger percent or and to of over per point plus "
+                         "squared cubed th".split())
+
+
+def _number_words(s: str) -> list[str]:
+    plain = re.sub(r"\\text\s*\{([^{}]*)\}", r" \1 ", s)
+    return re.findall(r"[a-z]+", plain.lower().replace("-", " "))
 
 
 def _compound(s: str) -> Scalar | None:
@@ -389,6 +461,10 @@ def _compound(s: str) -> Scalar | None:
     if m:
         degrees = sympy.Rational(m.group(1)) + sympy.Rational(m.group(2)) / 60 + sympy.Rational(m.group(3) or 0) / 3600
         return Scalar(degrees, degree=True, source=s)
+    m = _FEET_INCHES.match(s)
+    if m:  # 5'3": feet and inches (no degree sign, so not an angle)
+        inches = sympy.Rational(m.group(1)) * 12 + sympy.Rational(m.group(2))
+        return Scalar(inches, unit=parse_unit("in"), source=s)
     quantity = compound_quantity(s)
     if quantity is not None:
         value, unit = quantity

@@ -163,7 +163,7 @@ def split_unit(answer: str) -> tuple[str, Unit | None]:
         text = text[m.end() :].strip()
         name = "usd" if "$" in m.group() or "USD" in m.group() else m.group().strip()
         unit = Unit(name, (("money", 1),), Fraction(1), known=False)
-    m = re.search(r"(?:¢|\\cent|\\text\s*\{\s*¢\s*\})\s*$", text)
+    m = re.search(r"(?:¢|\\cents?(?![A-Za-z])|\\text\s*\{\s*¢\s*\})\s*$", text)
     if m and _has_value(text[: m.start()]):
         return text[: m.start()].strip(), parse_unit("cents")
     m = _TRAILING_CURRENCY.search(text)
@@ -220,6 +220,9 @@ def compound_quantity(text: str) -> tuple[Fraction, Unit] | None:
     ``2 ft 6 in`` -> ``(30, in)``, ``1 hour and 30 minutes`` -> ``(90, minutes)``: the sum in the smallest unit.
     ``None`` for anything else (one amount, unknown words, mixed dimensions, units not in decreasing size)."""
     parts: list[tuple[Fraction, Unit]] = []
+    # "\$3 and 5 cents": a leading dollar sign is the first amount's unit
+    text = re.sub(r"^\s*(?:\\\$|\$|US\$|USD)\s*(\d+(?:\.\d+)?)(?![\d.])", r"\1 dollars ", text)
+    text = re.sub(r"\\text\s*\{\s*(?:and|,)\s*\}", " and ", text)  # "\text{ and }" between two parts
     pos = 0
     while pos < len(text):
         m = _AMOUNT_WITH_UNIT.match(text, pos)
