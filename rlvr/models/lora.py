@@ -76,8 +76,8 @@ def check_target_modules(model: torch.nn.Module, cfg: LoraConfig) -> list[str]:
     if unknown:
         import difflib
 
-        hints = [f"{n!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(n, linear, 1)) else repr(n)
-                 for n in unknown]
+        hints = [f"{n!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(n, linear, 1))
+                 else repr(n) for n in unknown]
         raise LoraTargetError(f"model.lora.target_modules: {', '.join(hints)} is not a linear layer of this model "
                               f"(the output layer and embeddings are never adapted); its linear layers: "
                               f"{', '.join(linear)}; or give target_modules: all-linear")

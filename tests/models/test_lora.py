@@ -7,8 +7,14 @@ from transformers import AutoModelForCausalLM
 
 from rlvr.config import LoraConfig, ModelConfig
 from rlvr.models.loading import load_causal_lm, resolve_model_path
-from rlvr.models.lora import (LoraTargetError, apply_lora, is_adapter_folder, linear_module_names, merged_weights,
-                              meta_model)
+from rlvr.models.lora import (
+    LoraTargetError,
+    apply_lora,
+    is_adapter_folder,
+    linear_module_names,
+    merged_weights,
+    meta_model,
+)
 from tests.tiny import build_tiny_model
 
 
