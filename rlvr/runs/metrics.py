@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
+
+from rlvr.runs.atomic import atomic_write_text
+
+
+class MetricsFileError(ValueError):
+    """``metrics.jsonl`` holds a line that is not a JSON record, other than a torn last line (named by file and
+    line)."""
 
 
 class MetricsLogger:
@@ -41,9 +49,9 @@ class MetricsLogger:
         self._tb = SummaryWriter(log_dir=log_dir, purge_step=step + 1)
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        records, _ = parse_metrics(self.path)
+        kept = [r for r in records if r.get("step", 0) <= step]
+        atomic_write_text(self.path, "".join(json.dumps(r, default=float) + "\n" for r in kept))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
@@ -67,9 +75,66 @@ class MetricsLogger:
             self._tb.close()
 
 
+def parse_metrics(path: Path) -> tuple[list[dict[str, Any]], int | None]:
+    """The records of a ``metrics.jsonl`` and the line number of a torn last line (``None`` when there is none).
+
+    A torn last line is what an append cut short leaves (a kill, a full disk): the file's last line, not a JSON
+    record. It is skipped. Any other line that is not a JSON object raises.
+
+    Raises:
+        MetricsFileError: naming the file and the line (1-based).
+    """
+    lines = Path(path).read_bytes().split(b"\n")
+    while lines and not lines[-1].strip(b" \t\r\x00"):
+        lines.pop()
+    records: list[dict[str, Any]] = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip(b" \t\r\x00"):
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+            problem = None if isinstance(record, dict) else f"a JSON {type(record).__name__}, not an object"
+        except UnicodeDecodeError as exc:
+            problem = f"not UTF-8 ({exc.reason} at byte {exc.start} of the line)"
+        except json.JSONDecodeError as exc:
+            problem = f"not valid JSON ({exc.msg}: column {exc.colno})"
+        if problem is None:
+            records.append(record)
+        elif number == len(lines):
+            return records, number
+        else:
+            raise MetricsFileError(f"{path}:{number}: {problem}; fix or delete that line to resume")
+    return records, None
+
+
+def repair_metrics(run_dir: Path) -> str | None:
+    """Before a resume: drop a torn last line of ``run_dir/metrics.jsonl`` (rewritten atomically) and return a
+    warning naming it; ``None`` when the file is whole or missing.
+
+    Raises:
+        MetricsFileError: another line is not a JSON record (file and line named).
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    records, torn = parse_metrics(path)
+    if torn is None:
+        return None
+    atomic_write_text(path, "".join(json.dumps(r, default=float) + "\n" for r in records))
+    return f"warning: {path}:{torn}: dropped a torn last line (an append cut short, e.g. by a full disk or a kill)"
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """All records of ``run_dir/metrics.jsonl`` (empty when the file is missing)."""
+    """All records of ``run_dir/metrics.jsonl`` (empty when the file is missing; a torn last line is skipped)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return parse_metrics(path)[0]
+
+
+def check_metrics_before_resume(run_dir: Path, is_main: bool = True) -> None:
+    """:func:`repair_metrics` on rank 0, its warning printed (to stderr). Raises MetricsFileError."""
+    if is_main:
+        warning = repair_metrics(run_dir)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rlvr.runs.atomic import atomic_open  # noqa: E402
+
 PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward/mean"]),
     ("solve rate", ["reward/solve_rate", "eval/pass_at_1"]),
@@ -48,7 +50,7 @@ def save_figure(fig: Any, out_path: Path, title: str = "") -> Path:
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_path, dpi=90)
+    with atomic_open(out_path, "wb") as fh:
+        fig.savefig(fh, dpi=90, format="png")
     plt.close(fig)
     return out_path

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.cpu_time import process_tree_cpu_seconds
 from rlvr.trainer.distributed import all_reduce_max
 from rlvr.trainer.progress import TrainProgress, phase
@@ -125,6 +126,6 @@ class RunDriver:
             summary.update(pass_at_1_change=diff, pass_at_1_change_se=se,
                            pass_at_1_change_z=diff / se if se > 0 else float("nan"))
         if t.dist.is_main:
-            (t.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            atomic_write_text(t.run_dir / "summary.json", json.dumps(summary, indent=2, default=str))
             t._plot()
         return summary

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from rlvr.algo.kl import kl_per_token
+from rlvr.runs.atomic import atomic_open
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.groups import zero_variance_groups
@@ -112,8 +113,7 @@ def sqrt_kl_from_init(batch: RolloutBatch) -> float:
 def write_samples(path: Path, batch: RolloutBatch, answer_field: str | None) -> None:
     """``path`` (``samples/step-N.jsonl``): one line per sample of ``batch`` (prompt, completion, rewards per
     verifier, failures, tokens, finish reason, the sample's first-token advantage)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
+    with atomic_open(path) as fh:
         for i, (comp, text, res) in enumerate(zip(batch.completions, batch.texts, batch.reward_results, strict=True)):
             prompt = batch.prompt_of(i)
             fh.write(json.dumps({

@@ -46,8 +46,9 @@ from rlvr.models.loading import eos_token_ids, load_causal_lm
 from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
 from rlvr.runs import checkpoint as ckpt
+from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.evaluation import EvalResult, run_eval
-from rlvr.runs.metrics import MetricsLogger, read_metrics
+from rlvr.runs.metrics import MetricsLogger, check_metrics_before_resume, read_metrics
 from rlvr.runs.plots import plot_curves
 from rlvr.runs.recipe_inputs import open_recipe_inputs
 from rlvr.trainer import step_metrics
@@ -108,6 +109,8 @@ class RLTrainer:
         saved = self.run_dir / "recipe.resolved.yaml"
         if self._resume_path is not None and saved.is_file():
             check_resumed_recipe(saved.read_text(), r, allow_changed)
+        if self._resume_path is not None:  # a torn last line dropped, any other bad line named, before the model loads
+            check_metrics_before_resume(self.run_dir, self.dist.is_main)
 
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
         self.algorithm: Algorithm = build_algorithm(r.algorithm)
@@ -171,7 +174,7 @@ class RLTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
         if self.dist.is_main:
-            (self.run_dir / "recipe.resolved.yaml").write_text(dump_recipe(r))
+            atomic_write_text(self.run_dir / "recipe.resolved.yaml", dump_recipe(r))
         if self._resume_path is not None:
             self._resume(self._resume_path)
 
