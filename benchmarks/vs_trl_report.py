@@ -53,13 +53,14 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   optimizer step (0.3 s under load). Same prompts, 2 x 8 x 128 tokens, alternated in one process at load 7-10:
   1.12-1.35 s per decode step with autocast vs 0.55-0.82 s with the copy (1.6-2.0x). The rollout's log-prob gap to the
   trainer's forward (bf16 autocast over fp32 weights) stays at numerics level (first-step check `ok`).
-- **Optimizer step: torch's default AdamW on CPU loops over tensors.** `fused=True` (`rlvr/trainer/grpo.py`,
-  `_init_deepspeed`): 0.42 s vs 2.84 s per step for SmolLM2's 135M fp32 parameters at 1 thread (foreach: 2.09 s).
+- **Optimizer step: torch's default AdamW on CPU loops over tensors.** `fused=True`
+  (`rlvr/trainer/deepspeed_setup.py`): 0.42 s vs 2.84 s per step for SmolLM2's 135M fp32 parameters at 1 thread
+  (foreach: 2.09 s).
 - TRL's side, for reference: accelerate wraps the model's `forward` in autocast, so `generate` enters autocast per
   decode step and re-casts every weight at every token (as well as the fp32 cache casts above); TRL 1.16 computes
   training log-probs with its fused LM head (no full logits), as rlvr does with `logits_to_keep` and chunked
   log-softmax.
-- **Rollout, second round: `generate` itself.** torch.profiler over 32 decode steps (2 x 8 rows, 1 thread, load 10):
+- **Rollout: `generate` itself.** torch.profiler over 32 decode steps (2 x 8 rows, 1 thread, load 10):
   `aten::mm` (the weights) 44% of op time, `aten::exponential_` 17% (`torch.multinomial` draws one exponential per
   vocabulary entry: 78 ms a step for 16 x 49,152), copies 8.5%, attention 8.5%; plus, per step and layer,
   `DynamicCache`'s `torch.cat` of the whole cache and `repeat_kv`'s copy of it to all 9 query heads. Fix: the `hf`
@@ -91,12 +92,12 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   per micro-batch (one micro-batch of 16 rows here); compacting finished rows out of the decode batch (the weights,
   read once per step whatever the row count, dominate a step at 16 rows).
 
-### Third round (quiet machine, load below 1 before each run)
+### Profile on a quiet machine (load below 1 before each run)
 
 - **The training attention never took its own path.** A check of which branch `grouped_query_attention` takes in
   the trainer's real forward (a padded micro-batch under bf16 autocast over fp32 weights) found the queries and keys
   arriving in fp32: RoPE's fp32 cos/sin promote the bf16 projections, so the `bf16/fp16` test failed and every
-  training forward and backward ran torch's flash kernel through SDPA after all. The second round's A/B credited
+  training forward and backward ran torch's flash kernel through SDPA after all. The A/B above credited
   the attention with 28.0 -> 21.9 s, but its micro-batch had no padding, where transformers passes no mask and SDPA
   runs whatever the setting: that difference was load (11-13), not the attention. Fix (`rlvr/models/attention.py`): under
   CPU autocast, fp32 queries/keys/values are cast to the autocast dtype (what SDPA does under autocast) and take the
@@ -139,7 +140,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   16 rows x 45-90 tokens, several of them skinny (the K/V projections are 192 wide), and the bf16 GEMM rate itself
   moved between runs on this machine (408-1155 GFLOP/s at 1 thread, the same shape and load below 1).
 
-### Fourth round: one fused decode step (quiet machine, load ~1 before each measurement)
+### One fused decode step (quiet machine, load ~1 before each measurement)
 
 - **Fewer, larger kernels for decoding** (`rlvr/rollout/cpu/fused_decode.py`, `rlvr/rollout/cpu/decode_kernels.cpp`, built
   on first use by torch's extension builder, ~50 s, cached). For Llama-style models (llama, mistral, qwen2) in bf16
@@ -167,6 +168,130 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   shapes); an AVX512_BF16 dot-product GEMM of our own (`vdpbf16ps`, 16 rows x 16 columns of sums in registers):
   4-8 GB/s, bound by the instruction rate, slower than oneDNN; transparent huge pages through
   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` and `OMP_WAIT_POLICY=ACTIVE`: within run-to-run noise.
+
+## Earlier runs of this benchmark
+
+Same Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores), SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code:
+
+| recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
+| --- | --- | --- | ---: | ---: | ---: |
+| 4683045, 2026-12-01 | packed linears, before the fused decode step | 2 threads, quiet, 3 pairs | 18.5 | 44.1 | 0.42 |
+| 36657a7, 2026-12-01 | decode loop, before packed linears | 1 thread, load 5-7, one pair | 27.0 | 96.8 | 0.28 |
+| 4508e44, 2026-12-01 | `generate`, before the decode loop | 3 pairs, loads 1.4-13.6 | 47.8 | 74.5 | 0.82 |
+
+At 4683045 the rollout was 6.1x its floor (2.1x with the fused decode step above).
+
+## Other measurements (not from this invocation)
+
+Every figure names its CPU; the commit is the one that recorded it, where known. The CPU is read with
+`grep -o 'avx512_bf16\|amx_bf16\|avx2' /proc/cpuinfo | sort -u`. New reports are stamped with date, commit and CPU
+by `benchmarks/machine.py`.
+
+### The CPU demo (`make demo`, `recipes/demo.yaml`)
+
+The whole run: the eval before (128 held-out prompts x 4), 30 steps of 8 prompts x 8 samples, the eval after; the
+venv and the converted model already in place; torch's default 2 threads. The AVX2 row caps torch's kernels on the
+same Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`), where `auto` picks fp32.
+
+| CPU, code (commit, date) | `auto` chose | wall | peak RSS | held-out pass@1 before -> after (s.e. of the change) |
+| --- | --- | ---: | ---: | --- |
+| Intel Xeon, AVX-512 + AVX512_BF16 + AMX, 2 cores; fresh clone after `make test`; fused decode (31ccbe2, 2026-12-01) | bf16 | 377 s (run 361 s) | not logged | 0.414 ± 0.027 -> 0.936 ± 0.017 (16.3) |
+| the same Xeon, packed linears (1ba0bdd, 2026-12-01) | bf16 | 366 s | 5.0 GB | 0.379 ± 0.027 -> 0.908 ± 0.019 (15.8) |
+| the same Xeon capped to AVX2 kernels, quiet (4683045, 2026-12-01) | fp32 | 730 s | 4.6 GB | 0.402 ± 0.026 -> 0.951 ± 0.015 (18.4) |
+| the same, 1 torch thread, the other core busy (4683045, 2026-12-01) | fp32 | 1337 s | 4.5 GB | 0.402 -> 0.951 |
+
+- Fused-decode bf16 run: evals 14.1 s and 10.5 s, steps 8-11 s, 605 CPU s (kernels already built by `make test`).
+  Packed-linear bf16 run: evals 18.5 s and 14.9 s, steps 10-13 s, 590 CPU s. AVX2-capped run at 2 threads: eval
+  before 65 s, steps 17-25 s, eval after ~50 s, 1145 CPU s.
+- One-time costs on a fresh machine: the model conversion (~25 s), DeepSpeed's CPU communication op (~45 s) and, on
+  a CPU with native bf16, rlvr's fused decode kernels (~50 s); both builds are cached in `.cache/torch_extensions`.
+- What the policy learns (the AVX2-capped run): pass@1 0.402 ± 0.026 -> 0.951 ± 0.015, pass@4 0.813 -> 0.984,
+  maj@4 0.414 -> 0.961, mean length 8.2 -> 8.0 tokens; "always the first number" scores 0.500 and the best constant
+  answer < 0.02. An older 1-thread bf16 run ended at 0.891; four seeds at 1 thread at 0.893 ± 0.023
+  (`benchmarks/results/dynamic_sampling.md`, arm `plain`): thread count and precision change the summation order,
+  hence the sampled trajectory.
+- Memory: `rlvr check` estimates 4.24 GiB for the demo (bf16); the measured peak RSS of a 2-step run was 4.75 GiB,
+  ~0.4-0.5 GiB of it the interpreter and libraries (4683045, same Xeon). Not yet compared on a GPU.
+- Rollout engine: the demo pins `rollout.engine: hf`; with vLLM's CPU backend in the same process the update stage
+  ran ~3x slower (vLLM's CPU worker lowers torch's thread count for the whole process).
+- A rejected candidate task (1b3e6a1, 2026-12-01): on reasoning-gym `letter_counting` the same recipe took held-out
+  pass@1 from 0.287 ± 0.026 to 0.506 ± 0.044 (4.3 s.e.) by collapsing onto `\boxed{1}`, right on 51% of those
+  prompts (pass@4 fell from 0.625 to 0.508; `docs/demo_letter_counting.png`). `benchmarks/results/demo_task_probe.md`
+  has the base model on other candidate tasks.
+
+### Precision on a CPU without native bf16 (6e63902, 2026-12-01)
+
+SmolLM2-135M forward + backward on 16 x 64 tokens with torch's kernels capped to AVX2 on the Xeon above: 207 s bf16
+(emulated) vs 9.6 s fp32. Under the same caps one thread multiplies fp32 at 65 GFLOP/s (101 uncapped) and bf16 at
+1.4 GFLOP/s (354 uncapped, AMX): emulated bf16 is ~250x slower there, which is why `trainer.precision: auto` picks
+fp32 on such CPUs.
+
+### Rollout engines (2b37a28, 2026-12-01)
+
+2 shared cores (the Xeon above), SmolLM2-135M, 8 prompts x 8 samples, 128 new tokens: vLLM's CPU backend 206.7
+tokens/s vs the `hf` engine 22.3 (`benchmarks/results/rollout.md`).
+
+### Dynamic sampling at a fixed token budget
+
+`python benchmarks/bench_dynamic_sampling.py` (per seed in `benchmarks/results/dynamic_sampling.md`, with its CPU):
+the CPU demo stopped at 15,400 generated tokens, four seeds per arm, held-out pass@1 on 128 prompts x 4.
+
+| run (mean of 4 seeds) | pass@1 after (± s.e.) | tokens | steps | zero-variance groups trained on | wall |
+| --- | --- | ---: | ---: | ---: | ---: |
+| plain GRPO | 0.893 ± 0.023 | 15,430 | 30 | 53% | 692 s |
+| dynamic sampling, `max_rounds: 1` | 0.903 ± 0.031 | 15,425 | 30 | 0% | 541 s |
+| dynamic sampling, `max_rounds: 3` | 0.793 ± 0.096 | 15,650 | 19 | 0% | 549 s |
+
+### Sandbox (`python benchmarks/bench_sandbox.py`; per design in `benchmarks/results/sandbox.md`)
+
+- Throughput, small Python a+b programs with 3 tests each, Intel Xeon with AVX-512 and AMX-bf16, 2 cores
+  (c355759, 2026-12-01, quiet machine, load 1.0-2.2): through the batch hook (the training path) 129.9 programs/s
+  (390 tests/s), 13.7 ms CPU per program; pooled with warm drivers and the fork server 131.0/s; bubblewrap with the
+  fork server 74.0/s; one fresh container per program 3.5/s. Before warm drivers (ee79a5a, load 0.8): 26.0/s pooled,
+  14.7/s through the batch hook, 35 ms CPU per program. On a loaded machine (97c3918, load 10-22) the batch-hook
+  path read 21.6-125/s at 9.6-18.5 ms CPU per program. Other languages, CPU per program of 3 tests: C 64 ms, C++
+  0.6 s, Java 1.1 s, JavaScript 0.6 s.
+- Isolation between jobs (`--isolation`; AMD EPYC with AVX-512, 2 shared cores, load ~3; b3acc33, 2026-12-02,
+  alternated with the code before it): a batch of 64 holding one program that SIGSTOPs every process it can signal
+  took 129.0 s (Docker) and 129.7 s (bubblewrap) under a 2 s limit before per-run namespaces, 0.3 s and 1.0 s with
+  them; through the reward path all 8 samples of a group timed out before, all 8 are scored with them; hostile programs of
+  `tests/sandbox/test_sandbox_isolation.py` contained 7/16 -> 16/16 (Docker), 6/16 -> 16/16 (bubblewrap); pooled
+  throughput unchanged within noise (95-151 vs 94-159 programs/s, 8-13 ms CPU per program).
+
+### Reward model and PPO on the demo task
+
+Intel Xeon with AVX-512 + AVX512_BF16 + AMX, 2 cores, 1 torch thread per process, bf16 autocast.
+
+- Pairs (`rlvr rm pairs recipes/demo.yaml --prompts 240`): 240 prompts x 8 samples of the untrained policy (solve
+  rate 0.44), 223 prompts with a correct and an incorrect completion, 443 pairs (`datasets/larger_2d_pairs.jsonl`);
+  725 s wall, 236 s CPU.
+- Reward model (`recipes/rm_demo.yaml`; d3a2d5b, 2026-12-01): 178 training prompts (353 pairs), 23 steps, 45
+  held-out prompts (90 pairs); 1261 s wall, 420 s CPU on a busy machine, ~5 GB RSS. Held-out pairwise accuracy
+  0.667 / ECE 0.098 untrained, **0.967 / 0.063** for the kept step 20 (bf16), **0.944 (85/90) / 0.057** re-scored in
+  fp32 by `rlvr rm eval`. Reward vs length: Pearson -0.28. By kind of rejected completion: the smaller number boxed
+  0.896 (48 pairs), another number boxed 1.0 (29), nothing boxed 1.0 (13); a format-only rule gets 0.706 overall
+  and 0.458 on the first kind. A rerun with `data.max_length` 128 (1256 s wall, ~415 s CPU) gave the same numbers.
+- PPO against it (`recipes/ppo_rm_demo.yaml`, `benchmarks/rm_ppo_chain.py`, 20 steps of 6 prompts x 4 samples,
+  quiet machine; e714f06, 2026-12-01; `benchmarks/results/rm_ppo_chain.md`): `ppo_kl` 847 s wall / 672 s CPU,
+  `ppo_no_kl` 816 / 752, `grpo_rm` (3 steps) 74 / 73.
+
+  | run (means of 3 steps) | gold start / peak (step, sqrt KL) / end | proxy start / peak / end | final KL (nats) |
+  | --- | --- | --- | --- |
+  | `ppo_kl` (beta 0.2, lr 1e-5) | 0.431 / 0.889 (17, 0.60) / 0.806 | 0.40 / 4.73 / 3.91 | 0.18 |
+  | `ppo_no_kl` (beta 0, lr 3e-5) | 0.486 / 0.847 (9, 0.84) / 0.014 | 0.97 / 5.00 / 2.79 | 6.19 |
+
+  Without the KL penalty the gold solve rate peaks at step 9 and collapses to 0.014 while the RM still scores the
+  policy above its start; with beta 0.2 the KL stays at 0.18 and the gold score keeps most of its gain. One seed
+  per run, 24 samples a step (a standard error of ~0.1 per step).
+- PPO vs GRPO step against the same RM (median of steps 2-3, seconds): PPO rollout 2.92, reward 2.75, old
+  log-probs 1.67, reference 1.63, values 2.03, update policy 6.90, update critic 10.23, step **28.2**; GRPO 3.67,
+  2.72, 1.52, 1.90, -, 8.40, -, step **18.3**. The critic (a copy of the RM, without the policy's bf16 training
+  speed-ups) makes a PPO step 1.5x a GRPO step.
+- The whole chain, 1 thread per process: pairs 236 + RM ~415 + the three runs 1497 CPU s = ~36 minutes of one
+  core; `--ppo-steps 12` or `--threads 2` on an idle machine brings it under 30. `--quick` (e538c33, 2026-12-01):
+  801 s wall, 292 s CPU at load 7-21; PPO 59.1 s vs GRPO 31.3 s a step.
+- PPO on the tiny test model (9e2dab2, 2026-12-01): 12 steps against a fixed random tiny RM raise its mean score
+  from 0.34 to 0.61 (first vs last 3 steps).
 """
 """The profile and what was fixed (hand-written: it describes code, not a measurement of this run)."""
 
@@ -179,7 +304,7 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
              + (": with `--reuse`, so finished runs of the same spec from earlier invocations (same code, same "
                 "settings, one pair added per invocation) were read back; the machine figures are this invocation's."
-                if "--reuse" in argv else ": every number below comes from that one invocation.")
+                if "--reuse" in argv else ": every number above \"Other measurements\" comes from that one invocation.")
              + " Raw per-step data: `benchmarks/results/vs_trl_raw.json`.", ""]
     if "smollm2" in summaries:
         lines += [f"step time ratio rlvr/TRL: {summaries['smollm2']['ratio']:.2f}", "",
@@ -205,7 +330,7 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "within \\boxed{}.\", the model's chat template. Each side draws its own shuffled order.",
               "- Runs alternate rlvr / TRL, the first side swapped every pair, so background load hits both; the "
               f"first of the {steps} steps of every run is a warm-up and not counted."
-              + (f" **Only {steps - 1} timed steps per run** (the issue asks for >= 5): at the load of this session a "
+              + (f" **Only {steps - 1} timed steps per run** (the design calls for >= 5): at the load during that run a "
                  "SmolLM2 step took 3-5 minutes, and a 6-step pair would not have fitted in the time left."
                  if steps - 1 < 5 else ""),
               "- Stages. rlvr: its own timers (generation = `rollout`, scoring = `reward`, training = `advantages` + "
