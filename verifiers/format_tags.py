@@ -26,16 +26,24 @@ _TAG_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 _END_OF_TURN = re.compile(r"(?:\s*(?:<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>|<\|end\|>|</s>|<｜end▁of▁sentence｜>|<end_of_turn>))+\s*$")
 
 
-# Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern); with the Unicode format
-# (Cf: U+200B, U+2060, U+FEFF, U+00AD), control (Cc) and separator (Z*) categories they do not make a block non-empty.
-_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+# Letters and symbols that render as nothing (Hangul fillers, the blank Braille pattern, the musical null
+# notehead); with the Unicode format (Cf: U+200B, U+2060, U+FEFF, U+00AD), control (Cc) and separator (Z*)
+# categories they do not make a block non-empty.
+_BLANK_LOOKALIKES = frozenset("\u115f\u1160\u3164\uffa0\u2800\U0001d159")
+_BLANK_CATEGORIES = frozenset(("Cf", "Cc", "Zs", "Zl", "Zp"))
+# Nonspacing and enclosing marks (variation selectors U+FE00-FE0F and U+E0100-E01EF, the combining grapheme joiner
+# U+034F, accents): they show only on a visible character, so text of marks alone shows nothing.
+_MARK_CATEGORIES = frozenset(("Mn", "Me"))
 
 
 def is_blank(text: str) -> bool:
     """True when ``text`` shows nothing: only whitespace, format characters (zero-width space, word joiner,
-    byte-order mark, soft hyphen), control characters and blank lookalikes."""
+    byte-order mark, soft hyphen, bidi controls, tags), control characters, blank lookalikes, and combining marks
+    or variation selectors with no visible character to attach to."""
     return all(
-        ch in _BLANK_LOOKALIKES or unicodedata.category(ch) in ("Cf", "Cc", "Zs", "Zl", "Zp") for ch in text
+        ch in _BLANK_LOOKALIKES or unicodedata.category(ch) in _BLANK_CATEGORIES
+        or unicodedata.category(ch) in _MARK_CATEGORIES
+        for ch in text
     )
 
 

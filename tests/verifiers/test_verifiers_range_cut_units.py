@@ -86,6 +86,9 @@ def test_invisible_characters_are_no_content(case: dict) -> None:
 def test_is_blank() -> None:
     assert is_blank("\u200b \u2060\ufeff\u00ad\n\t\u3000\u3164")
     assert not is_blank("\u200b7")
+    # variation selectors, combining marks with nothing to attach to, bidi isolates, tags, the null notehead
+    assert is_blank("\ufe0f\U000e0100\u0301\u034f\u20dd\u2066\u2069\U000e0020\U0001d159\u180e")
+    assert not is_blank("7\ufe0f") and not is_blank("e\u0301")
     assert boxed_format("\\boxed{\u200b}", {}) == 0.0 and boxed_format("\\boxed{7}", {}) == 1.0
 
 
