@@ -13,6 +13,7 @@ from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet
 from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
+from rlvr.preflight.disk import check_disk
 from rlvr.preflight.gold import check_gold
 from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
 from rlvr.preflight.model_shape import model_shape
@@ -27,13 +28,15 @@ class CheckOptions:
     """How to check. ``ranks``: data-parallel ranks (default ``WORLD_SIZE`` or 1); ``device``: the memory one rank
     has (default the visible GPU, else the host's RAM); ``training``: include the batch and memory checks (off for
     ``rlvr eval``/``rlvr filter``); ``gold_rows``: training rows whose gold is verified; ``command``: named in the
-    printed verdict."""
+    printed verdict; ``run_dir``: the run's folder, whose disk must hold its checkpoints."""
 
     ranks: int | None = None
     device: DeviceMemory | None = None
     training: bool = True
     gold_rows: int = 16
     command: str = "train"
+    run_dir: Path | None = None
+    """Where the run writes its checkpoints (for the free-space check); default ``runs/``."""
 
     def world(self) -> int:
         return self.ranks or int(os.environ.get("WORLD_SIZE", "1"))
@@ -98,6 +101,9 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
     except ValueError as exc:
         report.add("skip", "memory", str(exc))
         return
+    critic = shapes.get("critic")
+    check_disk(report, recipe, options.run_dir or Path("runs"), shapes["policy"].params,
+               critic.params if critic is not None else 0)
     longest = max((len(p.token_ids) for p in prompt_set.train), default=None) if prompt_set else None
     device = options.device or local_device_memory()
     est = estimate_memory(recipe, shapes, device, ranks=options.world(), max_prompt_tokens=longest)

@@ -9,6 +9,7 @@ NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curric
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import re
@@ -21,6 +22,39 @@ import torch
 import torch.distributed as dist
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+class CheckpointSpaceError(ValueError):
+    """The disk filled up while a checkpoint was written (the partial folder is removed; the user's to fix)."""
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A write that failed for lack of space: ENOSPC/EDQUOT, or torch's zip writer's short write (``unexpected pos``,
+    which hides the ENOSPC)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return "No space left on device" in text or "unexpected pos" in text or "Disk quota exceeded" in text
+
+
+def _space_error(run_dir: Path, step: int, tmp: Path, hf_model: torch.nn.Module, zero_stage: int, keep: int,
+                 extra_engines: dict[str, Any] | None) -> CheckpointSpaceError:
+    """The one-line error of a checkpoint save that ran out of space: the folder, the free space, what a checkpoint
+    takes (the last finished one's size, else the estimate of :func:`rlvr.preflight.disk.checkpoint_bytes`)."""
+    from rlvr.preflight.disk import checkpoint_bytes, folder_bytes, format_size, free_bytes
+
+    finished = list_checkpoints(run_dir)
+    if finished:
+        size, how = folder_bytes(finished[-1][1]), f"{finished[-1][1].name} takes"
+    else:
+        critic = sum(p.numel() for e in (extra_engines or {}).values() for p in e.module.parameters())
+        size = checkpoint_bytes(sum(p.numel() for p in hf_model.parameters()), zero_stage, critic)
+        how = "a checkpoint takes about"
+    free, _ = free_bytes(tmp.parent)
+    return CheckpointSpaceError(
+        f"saving checkpoint step-{step}: no space left on the disk of {tmp.parent} ({format_size(free)} free; {how} "
+        f"{format_size(size)}, {format_size(size * (keep + 1))} with trainer.keep_checkpoints={keep} + the one being "
+        f"written); removed the partial {tmp.name}; free space there or lower trainer.keep_checkpoints, then --resume")
 
 
 def _barrier() -> None:
@@ -119,6 +153,10 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
 
     Returns:
         the final ``checkpoints/step-N`` path.
+
+    Raises:
+        CheckpointSpaceError: the disk filled up (one line: the folder, the free space and what is needed); the
+            partial ``.tmp-step-N`` is removed and the previous checkpoints are left whole.
     """
     root = Path(run_dir) / "checkpoints"
     final = root / f"step-{step}"
@@ -127,15 +165,22 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
-    engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
-    for name, extra in (extra_engines or {}).items():
-        extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
-    torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
-    full_state = gathered_state_dict(engine)  # every rank takes part in the ZeRO-3 gathers
-    if rank == 0:
-        hf_model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full_state)
-        tokenizer.save_pretrained(tmp / "model")
-        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1, default=str))
+    try:
+        engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+        for name, extra in (extra_engines or {}).items():
+            extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
+        torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
+        full_state = gathered_state_dict(engine)  # every rank takes part in the ZeRO-3 gathers
+        if rank == 0:
+            hf_model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full_state)
+            tokenizer.save_pretrained(tmp / "model")
+            (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1, default=str))
+    except (OSError, RuntimeError) as exc:
+        if not _disk_full(exc):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # every rank: the space is needed, and a rank may hold its own files
+        zero = getattr(engine, "zero_optimization_stage", lambda: 0)()
+        raise _space_error(run_dir, step, tmp, hf_model, int(zero or 0), keep, extra_engines) from None
     _barrier()
     if rank == 0:
         if final.exists():  # re-saving the same step (e.g. resumed at the end): replace it whole

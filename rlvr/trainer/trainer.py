@@ -44,6 +44,7 @@ from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.models.loading import eos_token_ids, load_causal_lm
 from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.preflight import CheckOptions
 from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
 from rlvr.runs import checkpoint as ckpt
 from rlvr.runs.atomic import atomic_write_text
@@ -115,7 +116,7 @@ class RLTrainer:
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
         self.algorithm: Algorithm = build_algorithm(r.algorithm)
         needs = self.algorithm.needs
-        inputs = open_recipe_inputs(r)
+        inputs = open_recipe_inputs(r, CheckOptions(run_dir=self.run_dir))  # the disk check looks at the run's disk
         self.specs, self.reward_fn = inputs.specs, inputs.reward_fn
         self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
         if rollout_engine is None:  # rollout.engine=auto: vLLM where it serves this model, else hf (printed once)

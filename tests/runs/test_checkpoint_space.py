@@ -1,0 +1,112 @@
+"""A full disk during a checkpoint save ends the run with one line (the folder, the free space, what a checkpoint
+needs), the partial ``.tmp-step-N`` removed and the previous checkpoint whole; ``rlvr check`` (and every run's
+pre-flight) compares the free space with (keep_checkpoints + 1) checkpoints."""
+
+from __future__ import annotations
+
+import errno
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.config import resolve
+from rlvr.preflight.disk import check_disk, checkpoint_bytes
+from rlvr.preflight.report import Report
+from rlvr.runs.checkpoint import CheckpointSpaceError, list_checkpoints, save_checkpoint
+
+Usage = namedtuple("Usage", "total used free")
+
+
+class Engine:
+    """DeepSpeed stand-in: writes part of its state, then the disk is full (or not)."""
+
+    def __init__(self, fail: BaseException | None = None) -> None:
+        self.fail = fail
+
+    def zero_optimization_stage(self) -> int:
+        return 0
+
+    def zero_optimization_partition_weights(self) -> bool:
+        return False
+
+    def save_checkpoint(self, folder: str, tag: str, save_latest: bool, **_: object) -> None:
+        Path(folder, tag).mkdir(parents=True)
+        Path(folder, tag, "mp_rank_00_model_states.pt").write_bytes(b"\0" * 4096)
+        if self.fail is not None:
+            raise self.fail
+
+
+class Model(torch.nn.Linear):
+    def save_pretrained(self, folder: Path, **_: object) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "model.safetensors").write_bytes(b"\0" * 1000)
+
+
+class Tokenizer:
+    def save_pretrained(self, folder: Path) -> None:
+        (Path(folder) / "tokenizer.json").write_text("{}")
+
+
+def _save(run: Path, step: int, engine: Engine) -> Path:
+    return save_checkpoint(run, step, engine, Model(10, 10), Tokenizer(), {"step": step}, keep=2, rank=0)
+
+
+@pytest.mark.parametrize("fail", [OSError(errno.ENOSPC, "No space left on device"),
+                                  RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter "
+                                               "failed writing file data/3: file write failed; unexpected pos "
+                                               "313843648 vs 313843536")])
+def test_a_full_disk_during_a_save_is_one_line_and_leaves_no_partial_folder(tmp_path, monkeypatch, fail):
+    run = tmp_path / "run"
+    _save(run, 1, Engine())
+    monkeypatch.setattr("shutil.disk_usage", lambda p: Usage(10**9, 10**9, 3 * 2**20))
+    with pytest.raises(CheckpointSpaceError) as caught:
+        _save(run, 2, Engine(fail))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"saving checkpoint step-2: no space left on the disk of {run / 'checkpoints'} "
+                              "(3.0 MiB free; step-1 takes ")
+    assert "with trainer.keep_checkpoints=2 + the one being written); removed the partial .tmp-step-2;" in message
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1"]
+    assert [n for n, _ in list_checkpoints(run)] == [1]
+    assert (run / "checkpoints/step-1/trainer_state.json").read_text() == '{\n "step": 1\n}'
+
+
+def test_a_full_disk_on_the_first_save_estimates_the_size(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointSpaceError, match=r"a checkpoint takes about 0.0 MiB"):
+        _save(run, 1, Engine(OSError(errno.ENOSPC, "No space left on device")))
+    assert list((run / "checkpoints").iterdir()) == []
+
+
+def test_another_error_during_a_save_is_not_hidden(tmp_path):
+    with pytest.raises(PermissionError):
+        _save(tmp_path / "run", 1, Engine(PermissionError(errno.EACCES, "Permission denied")))
+
+
+def test_checkpoint_size_estimate():
+    n = 135_000_000  # SmolLM2-135M: 4N HF + 4N module + 8N Adam (+ 4N fp32 partition under ZeRO >= 1)
+    assert checkpoint_bytes(n, zero_stage=0) == 16 * n
+    assert checkpoint_bytes(n, zero_stage=2) == 20 * n
+    assert checkpoint_bytes(n, zero_stage=2, critic_params=n) == 36 * n
+
+
+def _recipe(keep: int):
+    return resolve({"data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}],
+                    "trainer": {"keep_checkpoints": keep}})
+
+
+def test_preflight_free_space_for_the_kept_checkpoints(tmp_path, monkeypatch):
+    size = checkpoint_bytes(10**9, 0)  # 16 GB
+    monkeypatch.setattr("shutil.disk_usage", lambda p: Usage(10**12, 0, int(2.5 * size)))
+    report = Report()
+    check_disk(report, _recipe(keep=2), tmp_path / "runs/new", 10**9)  # needs 3 checkpoints
+    (finding,) = report.findings
+    assert finding.level == "error" and finding.check == "disk"
+    assert finding.message == (f"a checkpoint takes about 14.9 GiB; trainer.keep_checkpoints=2 + the one being written "
+                               f"need 44.7 GiB more on the disk of {tmp_path} (37.3 GiB free): free 7.5 GiB there, "
+                               "lower trainer.keep_checkpoints, or write the run elsewhere (-o)")
+    report = Report()
+    check_disk(report, _recipe(keep=1), tmp_path / "runs/new", 10**9)
+    assert [(f.level, f.check) for f in report.findings] == [("info", "disk")]
