@@ -29,6 +29,14 @@ def _hub_offline(name: str) -> bool:
     return os.environ.get("HF_HUB_OFFLINE") == "1" and not looks_like_path
 
 
+def _shown(path: str) -> str:
+    """A data file as the user would type it: relative to the working directory when it lies under it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
 def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[Any, Any, str | None]:
     """(report, recipe or None, the first training prompt or None) for the recipe at ``path``."""
     from rlvr.config import RecipeError, load_recipe, load_recipe_dict
@@ -76,7 +84,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     try:
         rows = load_rows(recipe.data)
         fields = ", ".join(repr(f) for f in (recipe.data.prompt_field, recipe.data.answer_field) if f)
-        report.add("ok", "data", f"{len(rows)} rows from {src.type} {getattr(src, 'path', getattr(src, 'name', ''))}, "
+        report.add("ok", "data", f"{len(rows)} rows from {src.type} "
+                                 f"{_shown(src.path) if src.type == 'jsonl' else getattr(src, 'name', '')}, "
                                  f"each with {fields}")
     except DataError as exc:
         if src.type == "hf" and _hub_offline(src.name):
@@ -136,9 +145,9 @@ def _check_reward_model_recipe(path: str, overrides: list[str], report: Any) -> 
     report.add("ok", "schema", "the reward-model recipe validates")
     for source in filter(None, (recipe.data.source, recipe.data.eval_source)):
         try:
-            groups = load_preference_groups(source.path)
+            groups = load_preference_groups(source.path, source._searched)
             pairs = sum(len(g.pairs) for g in groups)
-            report.add("ok", "data", f"{source.path}: {len(groups)} prompts, {pairs} preference pairs")
+            report.add("ok", "data", f"{_shown(source.path)}: {len(groups)} prompts, {pairs} preference pairs")
         except (DataError, OSError) as exc:
             report.add("error", "data", str(exc))
     try:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -30,6 +32,7 @@ from rlvr.config.schema import (
     RecipeError,
     RewardModelRecipe,
 )
+from rlvr.config.yaml_input import RecipeYAMLError, load_yaml
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -71,7 +74,10 @@ def _parse_value(text: str) -> Any:
     """YAML, plus numbers YAML 1.1 reads as strings (``1e-6``, ``-3E5``)."""
     if not text.strip():
         return None
-    value = yaml.safe_load(text)
+    try:
+        value = load_yaml(text)
+    except RecipeYAMLError as exc:
+        raise RecipeError(f"--set value {text!r}: {exc}") from None
     if isinstance(value, str):
         for cast in (int, float):
             try:
@@ -111,6 +117,45 @@ def _first_model(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _refuse_bools_as_numbers(raw: Any, model: type[BaseModel] | None, prefix: str) -> None:
+    """A YAML ``true``/``false`` where the schema wants a number (pydantic would read ``steps: true`` as 1).
+
+    Raises:
+        RecipeError: naming the key.
+    """
+    if model is None or not isinstance(raw, dict):
+        return
+    fields = getattr(model, "model_fields", {})
+    for key, value in raw.items():
+        field = fields.get(key)
+        if field is None:
+            continue
+        dotted = f"{prefix}{key}"
+        allowed = _leaf_types(field.annotation)
+        if isinstance(value, bool) and bool not in allowed and allowed & {int, float}:
+            raise RecipeError(f"{dotted}: expected a number, got {value!r} (a YAML boolean)")
+        sub = _first_model(field.annotation)
+        if isinstance(value, dict) and "type" in value and value.get("type") in _UNION_MEMBERS:
+            sub = _UNION_MEMBERS[value["type"]]
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                _refuse_bools_as_numbers(item, sub, f"{dotted}.{i}.")
+        else:
+            _refuse_bools_as_numbers(value, sub, f"{dotted}.")
+
+
+def _leaf_types(annotation: Any) -> set[Any]:
+    """The plain types a field accepts at its top level (``int | None`` -> {int, NoneType}; a Literal: its values')."""
+    origin = get_origin(annotation)
+    if origin in (Union, UnionType):
+        return {t for a in get_args(annotation) for t in _leaf_types(a)}
+    if origin is Literal:
+        return {type(a) for a in get_args(annotation)}
+    if origin is Annotated:
+        return _leaf_types(get_args(annotation)[0])
+    return {annotation}
+
+
 _UNION_MEMBERS: dict[str, type[BaseModel]] = {
     "jsonl": JsonlSource, "hf": HFSource, "reasoning_gym": ReasoningGymSource, "humaneval": HumanEvalSource}
 
@@ -148,9 +193,12 @@ def load_recipe_dict(path: str | Path) -> dict:
     if not path.is_file():
         raise RecipeError(f"recipe file not found: {path}")
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise RecipeError(f"{path} is not valid YAML: {exc}") from None
+        raw = load_yaml(path.read_text(encoding="utf-8"))
+    except RecipeYAMLError as exc:
+        raise RecipeError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise RecipeError(f"{path}:{line}: not UTF-8 text ({exc.reason})") from None
     if not isinstance(raw, dict):
         raise RecipeError(f"{path}: expected a mapping of sections (model, data, rollout, ...), "
                           f"got {type(raw).__name__}")
@@ -160,11 +208,14 @@ def load_recipe_dict(path: str | Path) -> dict:
 def resolve(raw: dict) -> Recipe:
     """Expand the preset under the user's keys and validate. Raises RecipeError listing every problem."""
     preset = raw.get("preset", "none")
+    if not isinstance(preset, str):
+        raise RecipeError(f"preset: expected one name ({', '.join(PRESETS)}), got {type(preset).__name__} {preset!r}")
     if preset not in PRESETS:
         close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise RecipeError(f"unknown preset {preset!r}{hint} (valid: {', '.join(PRESETS)})")
     merged = deep_merge(PRESETS[preset], raw)
+    _refuse_bools_as_numbers(merged, Recipe, "")
     _refuse_preset_contradiction(preset, raw)
     try:
         return Recipe.model_validate(merged)
@@ -200,12 +251,34 @@ def _refuse_wrong_kind(path: str | Path, raw: dict, want_reward_model: bool) -> 
                               f"train {path}`; `rlvr rm train` takes a reward-model recipe (kind: reward_model)")
 
 
+def anchor_data_paths(recipe: Recipe | RewardModelRecipe, recipe_path: str | Path) -> None:
+    """Resolve the recipe's relative data files (``data.source.path``; ``data.eval_source.path`` of a reward-model
+    recipe) as its ``module:function`` verifiers are: in the recipe's folder first, then in the working directory
+    (where a ``--set`` path given on the command line is usually meant). A file found becomes its absolute path; a
+    file found nowhere keeps its path and the folders looked in, for the data error to name."""
+    folders = list(dict.fromkeys([Path(recipe_path).resolve().parent, Path.cwd().resolve()]))
+    data = recipe.data
+    for source in (data.source, getattr(data, "eval_source", None)):
+        if not isinstance(source, JsonlSource):
+            continue
+        path = Path(source.path).expanduser()
+        if path.is_absolute():
+            continue
+        found = next((folder / path for folder in folders if (folder / path).is_file()), None)
+        if found is not None:
+            source.path = os.path.normpath(found)
+        else:
+            source._searched = tuple(str(f) for f in folders)
+
+
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
-    """Load, apply ``--set`` overrides, expand the preset, validate. Raises RecipeError (also for a reward-model
-    recipe, naming ``rlvr rm train``)."""
+    """Load, apply ``--set`` overrides, expand the preset, validate, resolve relative data files
+    (:func:`anchor_data_paths`). Raises RecipeError (also for a reward-model recipe, naming ``rlvr rm train``)."""
     raw = load_recipe_dict(path)
     _refuse_wrong_kind(path, raw, want_reward_model=False)
-    return resolve(apply_overrides(raw, overrides or []))
+    recipe = resolve(apply_overrides(raw, overrides or []))
+    anchor_data_paths(recipe, path)
+    return recipe
 
 
 def describe_algorithm(recipe: Recipe) -> str:
@@ -235,9 +308,11 @@ def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = Non
     _refuse_wrong_kind(path, raw, want_reward_model=True)
     raw = apply_overrides(raw, overrides or [])
     try:
-        return RewardModelRecipe.model_validate(raw)
+        recipe = RewardModelRecipe.model_validate(raw)
     except ValidationError as err:
         raise RecipeError(format_validation_error(err, RewardModelRecipe)) from None
+    anchor_data_paths(recipe, path)
+    return recipe
 
 
 def load_any_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe | RewardModelRecipe:

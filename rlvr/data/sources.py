@@ -35,7 +35,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _load_file(src: JsonlSource) -> list[dict[str, Any]]:
     path = Path(src.path).expanduser()
     if not path.is_file():
-        raise DataError(f"data.source.path: file not found: {path}")
+        searched = getattr(src, "_searched", ())
+        where = f" (looked in {' and '.join(searched)})" if searched else ""
+        raise DataError(f"data.source.path: file not found: {path}{where}")
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq

@@ -101,11 +101,13 @@ def parse_rows(rows: list[dict[str, Any]], where: str) -> list[PreferenceGroup]:
     return list(groups.values())
 
 
-def load_preference_groups(path: str | Path) -> list[PreferenceGroup]:
-    """Read a JSONL file of preference rows into groups (see :func:`parse_rows`). Raises DataError."""
+def load_preference_groups(path: str | Path, searched: tuple[str, ...] = ()) -> list[PreferenceGroup]:
+    """Read a JSONL file of preference rows into groups (see :func:`parse_rows`); ``searched``: the folders a recipe's
+    relative path was looked up in, named when the file is missing. Raises DataError."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise DataError(f"preference file not found: {path}")
+        where = f" (looked in {' and '.join(searched)})" if searched else ""
+        raise DataError(f"preference file not found: {path}{where}")
     return parse_rows(_read_jsonl(path), str(path))
 
 

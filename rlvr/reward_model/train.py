@@ -147,9 +147,9 @@ def write_pairs(groups: list, path: Path) -> None:
 def load_recipe_groups(recipe: RewardModelRecipe) -> tuple[list, list]:
     """(train, eval) preference groups of the recipe (split by prompt unless ``data.eval_source`` is given)."""
     data = recipe.data
-    groups = load_preference_groups(data.source.path)
+    groups = load_preference_groups(data.source.path, data.source._searched)
     if data.eval_source is not None:
-        return groups, load_preference_groups(data.eval_source.path)
+        return groups, load_preference_groups(data.eval_source.path, data.eval_source._searched)
     return split_groups(groups, data.eval_fraction, recipe.seed)
 
 
