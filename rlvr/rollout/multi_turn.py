@@ -1,7 +1,7 @@
 """Multi-turn rollouts over any rollout engine: the model's turns alternate with an environment's answers (tool
 results, feedback), token in, token out.
 
-The loop, in rounds: every unfinished sample is generated (the first round ``n`` per prompt, sharing the prefill;
+The loop, in rounds: every unfinished sample is generated (at the first turn ``n`` per prompt, sharing the prefill;
 later rounds one per sample, each continuing its own ids) with the environment's stop strings, so a row pauses
 when it closes a tool call while the other rows of the call keep decoding. Then the environment answers every
 paused row at once (:meth:`~rlvr.tools.environment.Environment.step_many`: the tool environment sends all of the

@@ -183,8 +183,8 @@ def test_vllm_sampling_is_reproducible_from_torchs_rng(vllm_engine):
 
 @pytest.mark.vllm
 def test_vllm_serves_a_batch_too_large_for_one_prefill_step(vllm_engine):
-    """More prompt tokens than one scheduler step takes: on CPU this used to fail in vLLM's seeded sampling when a
-    prompt's prefill was split over steps (the engine turns chunked prefill off there)."""
+    """More prompt tokens than one scheduler step takes: on CPU vLLM's seeded sampling fails when a
+    prompt's prefill is split over steps (the engine turns chunked prefill off there)."""
     from rlvr.rollout.base import SamplingParams
 
     engine, _, tok = vllm_engine

@@ -39,7 +39,7 @@ def test_two_turn_sample_ids_mask_logprobs_and_trace():
     [call] = s.turns[0].calls
     assert (call.name, call.arguments, call.status) == ("python", {"code": "print(1+1)"}, "ok")
     assert tool.batches == [["print(1+1)"]]
-    # the second round continued the sample's own ids, with only the remaining budget
+    # the second turn continued the sample's own ids, with only the remaining budget
     prompts, n, sampling = engine.calls[1]
     assert prompts == [s.prompt_ids + turn1 + answer] and n == 1 and sampling.max_new_tokens == 200 - len(turn1)
     assert "\n```\n" in sampling.stop
