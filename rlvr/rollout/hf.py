@@ -29,6 +29,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.models.attention import use_grouped_query_attention
+from rlvr.models.lora import is_lora_model, merged_weights
 from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.stop import StopStrings
@@ -65,18 +66,21 @@ class HFRolloutEngine:
         # ZeRO-3 forwards gather weights from every rank: all ranks must decode the same number of steps
         self.synced = (partitioned and torch.distributed.is_available() and torch.distributed.is_initialized()
                        and torch.distributed.get_world_size() > 1)
+        # a LoRA policy decodes on a plain copy with the adapters merged in (base + s B A), in autocast_dtype or fp32
+        self.lora = is_lora_model(model)
         if generation_copy is None:
-            generation_copy = (autocast_dtype is not None and not partitioned
-                               and any(p.dtype != autocast_dtype for p in model.parameters()))
-        if generation_copy and (autocast_dtype is None or partitioned):
-            raise ValueError("generation_copy=True needs an autocast_dtype and full (not ZeRO-3 partitioned) "
-                             f"parameters; got autocast_dtype={autocast_dtype}, partitioned={partitioned}")
-        self.generation_model: torch.nn.Module = (_low_precision_copy(model, autocast_dtype) if generation_copy
+            generation_copy = not partitioned and (self.lora or (
+                autocast_dtype is not None and any(p.dtype != autocast_dtype for p in model.parameters())))
+        if generation_copy and ((autocast_dtype is None and not self.lora) or partitioned):
+            raise ValueError("generation_copy=True needs an autocast_dtype (or a LoRA model) and full (not ZeRO-3 "
+                             f"partitioned) parameters; got autocast_dtype={autocast_dtype}, partitioned={partitioned}")
+        copy_dtype = autocast_dtype or next(model.parameters()).dtype
+        self.generation_model: torch.nn.Module = (_low_precision_copy(model, copy_dtype) if generation_copy
                                                   else model)
         # a bf16 copy on a CPU with native bf16: decode steps through fused kernels, which pack their own weights;
         # where those do not run, its linear layers read oneDNN-packed weights (rlvr.rollout.cpu decides, once)
         self.cpu_decode: CpuDecode | None = None
-        if generation_copy:
+        if generation_copy and autocast_dtype is not None:
             from rlvr.rollout import cpu
 
             self.cpu_decode = cpu.accelerate(self.generation_model)
@@ -84,14 +88,15 @@ class HFRolloutEngine:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when
-        parameters are shared.
+        parameters are shared. A LoRA policy's adapters are merged into its base weights on the way
+        (:func:`rlvr.models.lora.merged_weights`: ``W + (alpha / r) B A`` per adapted layer, computed in fp32).
 
         Raises:
             KeyError: ``model`` lacks a parameter of the copy (not the policy this engine was built from).
         """
         if self.generation_model is self.model:
             return
-        src = dict(model.named_parameters(remove_duplicate=False))
+        src = _source_weights(model)
         with torch.no_grad():
             for name, dst in self.generation_model.named_parameters():
                 dst.copy_(src[name])
@@ -164,6 +169,21 @@ class HFRolloutEngine:
         return completions
 
 
+def _source_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every full weight of ``model`` by name (tied weights under each of their names); a LoRA model's adapters merged
+    into its base weights, under the base model's names."""
+    if is_lora_model(model):
+        base = model.get_base_model()
+        merged = dict(merged_weights(model, ((n, p.detach()) for n, p in model.named_parameters())))
+        # a tied weight's second name (e.g. lm_head.weight) points at the same merged tensor
+        by_id = {id(p): n for n, p in base.named_parameters()}
+        for name, p in base.named_parameters(remove_duplicate=False):
+            if "lora_" not in name and ".base_layer." not in name:
+                merged.setdefault(name, merged[by_id[id(p)]])
+        return merged
+    return {n: p.detach() for n, p in model.named_parameters(remove_duplicate=False)}
+
+
 def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """A frozen eval-mode copy of an HF causal LM with its parameters in ``dtype`` and its buffers (e.g. RoPE's
     ``inv_freq``) kept in their own dtype and values.
@@ -174,11 +194,13 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
     decode step does not run.
     """
     device = next(model.parameters()).device
+    src_params = _source_weights(model)
+    if is_lora_model(model):  # a plain model of the base class, the adapters merged into its weights
+        model = model.get_base_model()
     with torch.device("meta"):
         gen = type(model)(copy.deepcopy(model.config))
     gen.to_empty(device=device)
-    src_params = dict(model.named_parameters(remove_duplicate=False))
-    src_buffers = dict(model.named_buffers())
+    src_buffers = {n.replace(".base_layer.", "."): b for n, b in model.named_buffers()}
     with torch.no_grad():
         for name, p in gen.named_parameters():
             p.data = src_params[name].detach().to(device=device, dtype=dtype, copy=True)

@@ -5,6 +5,11 @@ A checkpoint holds: ``model/`` (HF format, loadable with ``from_pretrained``, wi
 from gathered parameters), ``deepspeed/``
 (every rank's parameters, optimizer and LR-scheduler state, via ``engine.save_checkpoint``), ``rng-rank{r}.pt`` (Python,
 NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curriculum and KL-controller state).
+
+A LoRA run (``adapters_only``) saves the adapters alone: ``model/`` is ``peft``'s adapter folder
+(``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer), and ``deepspeed/`` holds the adapters and their
+optimizer state but not the frozen base weights (``exclude_frozen_parameters``), which a resume loads from the base
+model as at the start.
 """
 
 from __future__ import annotations
@@ -145,8 +150,11 @@ def gathered_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
 
 def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Module, tokenizer: Any,
                     trainer_state: dict[str, Any], keep: int, rank: int,
-                    extra_engines: dict[str, Any] | None = None) -> Path:
+                    extra_engines: dict[str, Any] | None = None, adapters_only: bool = False) -> Path:
     """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints.
+
+    ``adapters_only``: ``hf_model`` is a ``peft`` model; only its trainable parameters (the adapters) and their
+    optimizer state are written, not the frozen base weights.
 
     ``extra_engines`` (name -> DeepSpeed engine, e.g. ``{"critic": ...}``) are saved beside the policy's state, in
     ``<name>/`` (parameters, optimizer, LR schedule); :func:`load_extra_engine` restores one.
@@ -166,7 +174,10 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         tmp.mkdir(parents=True)
     _barrier()
     try:
-        engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False)
+        engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False,
+                               exclude_frozen_parameters=adapters_only)
+        if adapters_only:
+            _keep_trainable_only(tmp / "deepspeed", hf_model)
         for name, extra in (extra_engines or {}).items():
             extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
         torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
@@ -190,6 +201,19 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
             shutil.rmtree(old, ignore_errors=True)
     _barrier()
     return final
+
+
+def _keep_trainable_only(ds_dir: Path, model: torch.nn.Module) -> None:
+    """Drop every frozen tensor from this rank's DeepSpeed module states: ``exclude_frozen_parameters`` leaves the
+    second name of a tied frozen weight in (e.g. ``lm_head.weight`` tied to the embedding: the whole embedding matrix
+    in every LoRA checkpoint)."""
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    for f in Path(ds_dir).rglob("*model_states.pt"):
+        state = torch.load(f, weights_only=False)
+        module = state.get("module")
+        if isinstance(module, dict) and set(module) - trainable:
+            state["module"] = type(module)((k, v) for k, v in module.items() if k in trainable)
+            torch.save(state, f)
 
 
 def saved_zero_ranks(state_dir: Path) -> int:
@@ -236,8 +260,11 @@ def load_extra_engine(path: Path, name: str, engine: Any) -> None:
         raise FileNotFoundError(f"{path} has no saved {name} state ({folder})")
 
 
-def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:
+def load_checkpoint(path: Path, engine: Any, rank: int, adapters_only: bool = False) -> dict[str, Any]:
     """Restore parameters, optimizer, LR schedule and this rank's RNG; returns the trainer state dict.
+
+    ``adapters_only``: a LoRA checkpoint (see :func:`save_checkpoint`): the saved parameters are the adapters, the
+    frozen base weights stay as loaded.
 
     Any number of ranks can resume: a ZeRO-0 checkpoint loads as it is; a ZeRO 1-3 checkpoint saved by a different
     number of ranks is first converted to DeepSpeed's universal format (``deepspeed/state_universal``, kept for later).
@@ -257,7 +284,7 @@ def load_checkpoint(path: Path, engine: Any, rank: int) -> dict[str, Any]:
         engine._config.load_universal_checkpoint = True  # read by DeepSpeed at load time only
     try:
         load_path, _ = engine.load_checkpoint(str(path / "deepspeed"), tag=tag, load_optimizer_states=True,
-                                              load_lr_scheduler_states=True)
+                                              load_lr_scheduler_states=True, load_module_strict=not adapters_only)
     finally:
         engine._config.load_universal_checkpoint = False
     if load_path is None:

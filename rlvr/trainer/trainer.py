@@ -43,6 +43,7 @@ from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
 from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.models.loading import eos_token_ids, load_causal_lm
+from rlvr.models.lora import apply_lora
 from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.preflight import CheckOptions
 from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
@@ -66,7 +67,7 @@ from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, Verifi
 from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
 from rlvr.trainer.stages import StageTimer
 from rlvr.trainer.update_loop import run_update
-from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
+from rlvr.trainer.workers import AdapterOffWorker, MicroBatchPlan, ModelWorker
 
 
 class RLTrainer:
@@ -138,6 +139,8 @@ class RLTrainer:
         self.sampler = self.curriculum.sampler
         with phase(f"loading the policy from {model_path} onto {self.dist.device}", self.dist.is_main):
             self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
+            if r.model.lora is not None:  # adapters train, the base weights stay frozen (rlvr.models.lora)
+                self.model = apply_lora(self.model, r.model.lora, base_name=r.model.name).to(self.dist.device)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.precision = choose_precision(r.trainer.precision, self.dist.device)
         if self.dist.is_main:
@@ -147,7 +150,7 @@ class RLTrainer:
         self.rewards: RewardSource = self._reward_source()
         self.ref_model = None
         ref_engine = None
-        if needs.reference:
+        if needs.reference and r.model.lora is None:  # LoRA: the reference is the policy with its adapters off
             with phase("loading the reference model", self.dist.is_main):
                 self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
@@ -159,7 +162,10 @@ class RLTrainer:
             a = r.algorithm
             self.engine = build_engine(self.model, r.optim, r.trainer, r.trainer.steps * a.ppo_epochs * a.mini_batches)
         self.policy = self._worker(self.model, self.engine)
-        self.reference = self._worker(self.ref_model, ref_engine) if self.ref_model is not None else None
+        self.reference: ModelWorker | None = self._worker(self.ref_model, ref_engine) \
+            if self.ref_model is not None else None
+        if needs.reference and r.model.lora is not None:
+            self.reference = self._worker(self.model, self.engine, worker=AdapterOffWorker)
         self.critic = build_critic(r, model_path, self.dist, int(self.tokenizer.pad_token_id),
                                    self.autocast_dtype) if needs.critic else None
         with phase(f"rollout engine ({r.rollout.engine})",
@@ -192,9 +198,9 @@ class RLTrainer:
             seen[spec.name] = seen.get(spec.name, 0) + 1
             yield spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
 
-    def _worker(self, model: torch.nn.Module, engine: Any) -> ModelWorker:
+    def _worker(self, model: torch.nn.Module, engine: Any, worker: type[ModelWorker] = ModelWorker) -> ModelWorker:
         r = self.recipe
-        return ModelWorker(model, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
+        return worker(model, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
                            plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens,
                                                r.trainer.zero_stage),
                            temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
@@ -209,7 +215,7 @@ class RLTrainer:
     def _release(self) -> None:
         if self.critic is not None:
             self.critic.engine.destroy()
-        if self.reference is not None and self.reference.engine is not None:
+        if self.reference is not None and self.reference.engine not in (None, self.engine):  # LoRA: the policy's
             self.reference.engine.destroy()
         for member in getattr(self.reward_model, "members", []):
             if hasattr(member, "destroy"):
@@ -265,7 +271,8 @@ class RLTrainer:
                 "reward_normalizer": self.algorithm.normalizer.state_dict() if self.algorithm.normalizer else None}
 
     def _resume(self, path: Path) -> None:
-        state = ckpt.load_checkpoint(path, self.engine, self.dist.rank)
+        state = ckpt.load_checkpoint(path, self.engine, self.dist.rank,
+                                     adapters_only=self.recipe.model.lora is not None)
         if self.critic is not None:
             ckpt.load_extra_engine(path, "critic", self.critic.engine)
         self.step_done = int(state["step"])
@@ -287,6 +294,7 @@ class RLTrainer:
         """Checkpoint the current step (atomic), and refresh the plots."""
         path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
                                     self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
+                                    adapters_only=self.recipe.model.lora is not None,
                                     extra_engines={"critic": self.critic.engine} if self.critic is not None else None)
         self._plot()
         return path
@@ -391,7 +399,7 @@ class RLTrainer:
         else:
             sums = run_update(self.policy, batch, objective, epochs=a.ppo_epochs, mini_batches=a.mini_batches,
                               seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
-            metrics = objective.metrics(sums, self.policy.lr(), self.ref_model is not None, self.kl_ctl.beta)
+            metrics = objective.metrics(sums, self.policy.lr(), self.reference is not None, self.kl_ctl.beta)
         if self.critic is not None:
             with (timer or StageTimer())("update_critic"):
                 value = ValueObjective(self.critic, a, r.rollout.max_new_tokens)
@@ -400,7 +408,7 @@ class RLTrainer:
                                         seed=r.seed * 1_000_003 + self.step_done, world_size=self.dist.world_size)
             metrics.update(critic_metrics(value_sums, batch))
             metrics["train/sqrt_kl_from_init"] = step_metrics.sqrt_kl_from_init(batch)
-        if self.ref_model is not None and "train/kl" in metrics:
+        if self.reference is not None and "train/kl" in metrics:
             self.kl_ctl.update(metrics["train/kl"])
         return metrics
 

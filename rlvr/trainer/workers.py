@@ -189,3 +189,20 @@ class ModelWorker:
 
     def lr(self) -> float:
         return float(self.engine.get_lr()[0])
+
+
+class AdapterOffWorker(ModelWorker):
+    """The reference policy of a LoRA run: the policy's own module and engine with its adapters switched off
+    (``peft``'s ``disable_adapter()``), which is exactly the frozen base model, so no second copy is loaded. Only
+    forwards without gradient; its log-probs are the base model's (N, T), fp32."""
+
+    @torch.no_grad()
+    def per_token_outputs(self, batch: RolloutBatch) -> torch.Tensor:
+        """(N, T) fp32 log-probs of the base model (adapters off) over every sample of ``batch``."""
+        with self.model.disable_adapter():
+            return super().per_token_outputs(batch)
+
+    def join_logprobs(self) -> None:
+        """The idle passes of a rank without samples, with the adapters off like the other ranks' forwards."""
+        with self.model.disable_adapter():
+            super().join_logprobs()

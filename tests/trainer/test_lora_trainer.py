@@ -1,0 +1,101 @@
+"""GRPO with LoRA (``model.lora``) on the tiny model: only adapters train, the reference is the policy with its
+adapters off (no second model), the hf engine's generation copy holds the merged weights, checkpoints hold the adapters
+alone, and a run killed with kill -9 resumes step for step."""
+
+import json
+import signal
+import time
+
+import pytest
+import torch
+import yaml
+
+from rlvr.config import resolve
+from rlvr.runs.metrics import read_metrics
+from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
+from tests.trainer.test_trainer import _cli, _comparable
+
+LORA = {"rank": 4, "alpha": 8, "target_modules": "all-linear"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    return build_tiny_model(d / "model"), write_addition_dataset(d / "data.jsonl")
+
+
+def _ids():
+    return torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+
+
+def test_lora_run_trains_adapters_only_with_the_base_as_reference(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.trainer.trainer import RLTrainer
+    from rlvr.trainer.workers import AdapterOffWorker
+
+    raw = tiny_recipe(*tiny, model={"lora": LORA}, trainer={"steps": 2, "save_every": 1, "keep_checkpoints": 1},
+                      algorithm={"kl": {"beta": 0.1, "estimator": "k3"}}, optim={"lr": 3e-2})
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
+    assert trainer.ref_model is None and isinstance(trainer.reference, AdapterOffWorker)
+    opt_params = [p for g in trainer.engine.optimizer.param_groups for p in g["params"]]
+    named = dict(trainer.model.named_parameters())
+    adapter_ids = {id(p) for n, p in named.items() if "lora_" in n}
+    assert {id(p) for p in opt_params} == adapter_ids  # the optimizer holds the adapters and nothing else
+    trainer.train()
+
+    base = AutoModelForCausalLM.from_pretrained(str(tiny[0]))
+    for name, p in base.named_parameters():  # base weights bit-identical after the updates
+        peft_name = f"base_model.model.{name}"
+        if peft_name not in named:
+            peft_name = peft_name.replace(".weight", ".base_layer.weight").replace(".bias", ".base_layer.bias")
+        assert torch.equal(named[peft_name].detach(), p.detach()), name
+    m = read_metrics(tmp_path / "run")
+    assert m[0]["train/kl"] == pytest.approx(0.0, abs=1e-7)  # adapters start at B = 0: policy == base
+    assert m[1]["train/kl"] > 1e-6  # and the updates moved the policy away from the base (adapters off)
+    assert m[0]["train/rollout_logprob_diff_mean"] < 1e-4  # the merged generation copy samples like the trainer
+    assert all("time/sync_s" in r for r in m if "train/kl" in r)
+
+    with torch.no_grad():  # the generation copy is the merged model: same logits as the adapter model
+        gen = trainer.rollout_engine.generation_model
+        assert not hasattr(gen, "peft_config")
+        torch.testing.assert_close(gen(input_ids=_ids()).logits, trainer.model(input_ids=_ids()).logits,
+                                   rtol=1e-5, atol=1e-5)
+        with trainer.model.disable_adapter():  # the reference: exactly the base model's output
+            torch.testing.assert_close(trainer.model(input_ids=_ids()).logits, base(input_ids=_ids()).logits,
+                                       rtol=0, atol=0)
+    ckpt = tmp_path / "run/checkpoints/step-2"
+    assert (ckpt / "model/adapter_config.json").is_file() and not (ckpt / "model/config.json").exists()
+    states = torch.load(next((ckpt / "deepspeed").rglob("mp_rank_00_model_states.pt")), weights_only=False)
+    assert states["module"] and all("lora_" in k for k in states["module"])  # adapters only, no base weight
+    trainer._release()
+
+
+def test_lora_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
+    raw = tiny_recipe(*tiny, model={"lora": LORA}, trainer={"steps": 5, "save_every": 2},
+                      algorithm={"kl": {"beta": 0.05, "estimator": "k3"}}, optim={"lr": 3e-2})
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    straight = _cli(["train", str(recipe), "-o", str(tmp_path / "straight")])
+    out, _ = straight.communicate(timeout=300)
+    assert straight.returncode == 0, out
+
+    victim = _cli(["train", str(recipe), "-o", str(tmp_path / "killed")])
+    metrics = tmp_path / "killed/metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline:  # kill -9 once step 3 is logged (checkpoint step-2 exists, step 3 is lost)
+        if metrics.exists() and any(json.loads(line)["step"] == 3 for line in metrics.read_text().splitlines()):
+            break
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert (tmp_path / "killed/checkpoints/step-2").is_dir()
+
+    resumed = _cli(["train", str(recipe), "-o", str(tmp_path / "killed"), "--resume"])
+    out, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, out
+    assert "resumed from" in out
+    a = _comparable(read_metrics(tmp_path / "straight"))
+    b = _comparable(read_metrics(tmp_path / "killed"))
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    assert a == b
