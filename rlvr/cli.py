@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_rm(sub)
     from rlvr.commands.filter import add_parser as add_filter
     add_filter(sub)
+    from rlvr.commands.export import add_parser as add_export
+    add_export(sub)
     return parser
 
 

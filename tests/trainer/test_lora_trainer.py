@@ -68,6 +68,20 @@ def test_lora_run_trains_adapters_only_with_the_base_as_reference(tiny, tmp_path
     assert (ckpt / "model/adapter_config.json").is_file() and not (ckpt / "model/config.json").exists()
     states = torch.load(next((ckpt / "deepspeed").rglob("mp_rank_00_model_states.pt")), weights_only=False)
     assert states["module"] and all("lora_" in k for k in states["module"])  # adapters only, no base weight
+
+    # export round trip: the merged model folder gives the adapter model's logits; eval-style loading of the
+    # checkpoint folder (load_causal_lm on an adapter folder) gives the same merged model
+    from rlvr.cli import main
+    from rlvr.models.loading import load_causal_lm
+
+    assert main(["export", str(tmp_path / "run"), "--merge", "-o", str(tmp_path / "merged")]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(str(tmp_path / "merged"))
+    loaded = load_causal_lm(str(ckpt / "model"), resolve(raw).model)
+    with torch.no_grad():
+        want = trainer.model(input_ids=_ids()).logits
+        torch.testing.assert_close(exported(input_ids=_ids()).logits, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(loaded(input_ids=_ids()).logits, want, rtol=1e-5, atol=1e-5)
+    assert (tmp_path / "merged/tokenizer_config.json").is_file()
     trainer._release()
 
 
