@@ -11,9 +11,8 @@ attention mask is present, and left padding always makes one. :func:`grouped_que
   cos/sin hand over fp32 queries and keys: cast to the autocast dtype, as SDPA would): the same grouping,
   (R, H_kv, G * Q, d), with attention written out as two batched matmuls and an fp32 softmax, while the scores it
   keeps for the backward stay under :data:`MAX_SCORES_BYTES` a layer (longer sequences: SDPA's flash kernel). torch's
-  CPU flash-attention kernel is about twice as slow forward + backward at these sizes (SmolLM2, 16 x ~90 queries over
-  ~150 keys, bf16: 150-200 ms vs 92 ms per layer, 1 thread); a whole padded micro-batch's forward + backward, 7.32 vs
-  6.13 s (``benchmarks/bench_update_ab.py``).
+  CPU flash-attention kernel is slower forward + backward at these sizes (``benchmarks/bench_update_ab.py``; numbers
+  in ``benchmarks/RESULTS.md``).
 - anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
   transformers' SDPA unchanged.
 

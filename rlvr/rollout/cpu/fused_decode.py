@@ -1,23 +1,21 @@
 """A fused decode step for Llama-style models in bf16 on a CPU: the ``hf`` engine's generation copy, one new token.
 
 Decoding a few rows (16 in the CPU demo) reads every weight once per token, so the step's floor is the time to stream
-the weights (13-15 ms for SmolLM2-135M in bf16 on 2 cores of an AVX-512 + AMX Xeon). Through transformers' modules a
-step was ~6,000 small ops (211 linear layers, 30 SDPA calls, RMSNorm's 7 ops, RoPE's 10, the causal mask and the
-rotary table rebuilt every step), each a few microseconds of dispatch for a few microseconds of work: 64-95 ms a
-step. Here a layer is 9 calls:
+the weights. Through transformers' modules a step is ~6,000 small ops (211 linear layers for SmolLM2, 30 SDPA calls,
+RMSNorm's 7 ops, RoPE's 10, the causal mask and the rotary table rebuilt every step), each a few microseconds of
+dispatch for a few microseconds of work. Here a layer is 9 calls:
 
     add_rms_norm -> qkv GEMM -> rope -> decode_attention (writes the new keys/values first) -> o GEMM
     -> add_rms_norm -> gate/up GEMM -> silu_mul -> down GEMM
 
 All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.rollout.cpu.kernels`), rounding to bf16
 where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacked into one weight) run on CPUs with
-AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns at 14-18 GB/s where
-oneDNN's AMX kernel reached 7-12 (bit-identical outputs at 16 rows); elsewhere through oneDNN on prepacked weights.
+AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns faster than oneDNN's AMX
+kernel does at these row counts (bit-identical outputs at 16 rows); elsewhere through oneDNN on prepacked weights.
 Keys are cached transposed in blocks of 16 positions, (R, H_kv, C / 16, d, 16), so the attention scores of 16
 positions are one vector FMA a dimension; a group's samples share one copy of their prompt's keys and values (8
-samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). Measured on SmolLM2, 2 x 8
-samples x 128 tokens, 2 threads (Intel Xeon, AVX-512 + AMX): 22-27 ms a step (GEMMs 14-17, attention 4.5-5,
-the other kernels ~3), against 64-95 ms through transformers' modules with oneDNN-packed linears.
+samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). The step's time against
+transformers' modules: ``benchmarks/RESULTS.md``.
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` models (RMSNorm, RoPE, SwiGLU MLP, full attention; biases on any
 projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.cpu.packed_linear.packing_supported` holds and

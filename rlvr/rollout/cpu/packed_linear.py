@@ -3,10 +3,9 @@
 Decoding multiplies a few rows (the running samples, 16 in the CPU demo) by every weight once per new token, so it
 is bound by how fast the GEMM streams the weights. ``F.linear`` on a plain bf16 weight re-lays the weight out into
 oneDNN's blocked format inside every call; a weight packed once (``torch.ops.mkldnn._reorder_linear_weight``, the
-prepacking torch's own Inductor uses when it freezes a CPU model) skips that. Measured on SmolLM2-135M's shapes, 16
-rows, 1 thread (Intel Xeon, AVX-512 + AMX): 1.3-2.7x faster per layer called alone (down projection 221 -> 83 us,
-LM head 11.1 -> 6.4 ms), a whole decode step 110.6 -> 82.0 ms (``benchmarks/bench_decode_ab.py``), outputs
-bit-for-bit equal to ``F.linear``'s at every row count tried (1 to 1000).
+prepacking torch's own Inductor uses when it freezes a CPU model) skips that, with outputs bit-for-bit equal to
+``F.linear``'s (``benchmarks/bench_decode_ab.py`` measures a decode step both ways; numbers in
+``benchmarks/RESULTS.md``).
 
 :func:`pack_linears` turns each ``nn.Linear`` of a model into a :class:`PackedLinear` in place (same parameters, same
 names, so tied weights stay tied and weight sync is unchanged); after the parameters change, :func:`repack` refreshes
