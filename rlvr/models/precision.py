@@ -1,8 +1,8 @@
 """Choosing the compute precision (``trainer.precision``) for the device a run actually has.
 
 bf16 autocast is only a speed-up where the hardware computes in bf16. On a CPU without native bf16 matmul
-(AVX2-only, most laptops) torch emulates it: measured on a 2-core AVX2 machine, a SmolLM2-135M forward+backward on
-16 x 64 tokens took 207 s under bf16 autocast against 9.6 s in fp32 (~20x). With AVX512_BF16 or AMX it is 1.7-2.7x
+(AVX2-only, most laptops) torch emulates it, about 20x slower than fp32 for a SmolLM2-135M forward + backward (torch's
+kernels capped to AVX2 on an AVX-512 Xeon; numbers in ``benchmarks/RESULTS.md``). With AVX512_BF16 or AMX it is
 faster than fp32. So ``auto`` picks bf16 on CUDA devices that support it and on CPUs with native bf16, fp32 elsewhere.
 
 The same choice serves the trainer's forwards, the HF rollout engine, the vLLM engine's weight dtype, ``rlvr eval``
