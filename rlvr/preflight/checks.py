@@ -60,10 +60,31 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
                  options.gold_rows)
     _guarded(report, "sandbox", check_sandbox, report, specs)
     if options.training:
+        if recipe.model.lora is not None and model_path is not None:
+            _guarded(report, "lora", check_lora_targets, report, recipe, model_path)
         check_batch(report, recipe, options.world())
         check_reward_model_folders(report, recipe)
         _check_memory(report, recipe, options, model_path, prompt_set)
     return report
+
+
+def check_lora_targets(report: Report, recipe: Recipe, model_path: str) -> None:
+    """``model.lora.target_modules`` against the model's linear layers, on a meta-device model built from its config
+    (no weights read): an ``error`` naming the unknown modules and listing the model's linear layers, else ``ok`` with
+    the adapted layers and the adapters' parameter count."""
+    from rlvr.models.lora import LoraTargetError, check_target_modules, meta_model
+
+    lora = recipe.model.lora
+    model = meta_model(model_path, recipe.model)
+    try:
+        targets = check_target_modules(model, lora)
+    except LoraTargetError as exc:
+        report.add("error", "lora", str(exc))
+        return
+    params = sum(lora.rank * (m.in_features + m.out_features) for name, m in model.named_modules()
+                 if name.rsplit(".", 1)[-1] in targets and hasattr(m, "in_features"))
+    report.add("ok", "lora", f"rank {lora.rank} adapters on {', '.join(targets)}: {params / 1e6:.2f}M trainable "
+                             f"parameters; the reference policy is the model with its adapters off")
 
 
 def check_reward_model_folders(report: Report, recipe: Recipe) -> None:

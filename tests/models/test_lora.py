@@ -104,3 +104,21 @@ def test_a_saved_adapter_folder_loads_as_the_merged_model(tiny_dir, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=_ids()).logits, model(input_ids=_ids()).logits,
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_rlvr_check_reports_an_unknown_target_module_before_loading_weights(tiny_dir, tmp_path):
+    from rlvr.config import resolve
+    from rlvr.preflight.checks import check_lora_targets
+    from rlvr.preflight.report import Report
+    from tests.tiny import tiny_recipe, write_addition_dataset
+
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    bad = resolve(tiny_recipe(tiny_dir, data, model={"lora": {"target_modules": ["q_proj", "w_in"]}}))
+    report = Report()
+    check_lora_targets(report, bad, str(tiny_dir))
+    text = report.render()
+    assert "error" in text and "'w_in'" in text and "q_proj" in text and "up_proj" in text
+    good = resolve(tiny_recipe(tiny_dir, data, model={"lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}}))
+    report = Report()
+    check_lora_targets(report, good, str(tiny_dir))
+    assert "error" not in report.render() and "q_proj, v_proj" in report.render()
