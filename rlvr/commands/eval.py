@@ -1,5 +1,5 @@
 """``rlvr eval``: held-out metrics of any model (a run's checkpoint, a folder, a hub name) on a recipe's eval split,
-without DeepSpeed or an optimizer."""
+without DeepSpeed or an optimizer; with the recipe's tools (``rollout.tools``) when it has any."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from rlvr.config import Recipe
 from rlvr.preflight import CheckOptions
 from rlvr.runs.evaluation import run_eval
 from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
+from rlvr.runs.tool_rollouts import build_tool_sampler, engine_eos_ids
 
 
 def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
@@ -27,7 +28,9 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
             raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")
         engine = load_sampling_engine(recipe, inputs.model_path, tokenizer)
         ev = recipe.eval
+        tools = build_tool_sampler(engine, tokenizer, recipe.rollout, recipe.data, inputs.prompt_set.shots,
+                                   engine_eos_ids(engine, tokenizer))
         result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
                           temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,
-                          top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed)
+                          top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed, tools=tools)
     return {"model": recipe.model.name, **result.as_dict()}

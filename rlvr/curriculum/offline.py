@@ -34,6 +34,7 @@ from rlvr.data.prompts import Prompt
 from rlvr.preflight import CheckOptions
 from rlvr.rollout.base import SamplingParams
 from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
+from rlvr.runs.tool_rollouts import ToolSampler, build_tool_sampler, engine_eos_ids, verifier_samples
 from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.verifiers.reward import RewardFunction
 
@@ -155,8 +156,16 @@ class _Progress:
 
 
 def _measure(prompts: list[Prompt], engine: Any, tokenizer: Any, reward_fn: RewardFunction, solved_label: str,
-             k: int, sampling: SamplingParams, seed: int) -> tuple[list[float], int]:
-    """(solve rate of each prompt, tokens generated) from k samples per prompt."""
+             k: int, sampling: SamplingParams, seed: int, tools: ToolSampler | None = None) -> tuple[list[float], int]:
+    """(solve rate of each prompt, tokens generated) from k samples per prompt; with ``tools`` (the recipe's
+    ``rollout.tools``), multi-turn samples whose final texts are scored, and the sampled tokens counted."""
+    if tools is not None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = tools.generate(prompts, k, sampling)
+        results = reward_fn.score(out.texts, verifier_samples(out, k, sampling.max_new_tokens))
+        solved = [(r.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for r in results]
+        return [sum(solved[j * k:(j + 1) * k]) / k for j in range(len(prompts))], out.sampled_tokens
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         groups = engine.generate([p.token_ids for p in prompts], k, sampling)
@@ -215,6 +224,8 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
         todo = [p for p in prompts if str(p.row[key]) not in done]
         engine = engine or load_sampling_engine(recipe, inputs.model_path, tokenizer)
         ro = recipe.rollout
+        tools = build_tool_sampler(engine, tokenizer, ro, recipe.data, inputs.prompt_set.shots,
+                                   engine_eos_ids(engine, tokenizer)) if ro.tools else None
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
                                   max_new_tokens=ro.max_new_tokens)
         tokens = 0
@@ -224,7 +235,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
             for lo in range(0, len(todo), chunk_size):
                 chunk = todo[lo:lo + chunk_size]
                 rates, ntok = _measure(chunk, engine, tokenizer, reward_fn, recipe.solved_verifier, k, sampling,
-                                       seed=recipe.seed * 1_000_003 + chunk[0].index)
+                                       seed=recipe.seed * 1_000_003 + chunk[0].index, tools=tools)
                 tokens += ntok
                 for p, rate in zip(chunk, rates, strict=True):
                     fh.write(json.dumps({**p.row, SOLVE_RATE: rate, N_SAMPLES: k}, default=str) + "\n")

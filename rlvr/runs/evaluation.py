@@ -3,7 +3,8 @@ response length.
 
 pass@k uses the unbiased estimator of Chen et al. 2107.03374 (eq. 1): ``1 - C(n - c, k) / C(n, k)`` for n samples of
 which c are correct. maj@k: the most common extracted answer among the k samples (ties broken by first occurrence) is
-correct (it is judged like the samples that gave it). The standard error of pass@1 is the std of the per-prompt mean correctness over prompts / sqrt(#prompts).
+correct (it is judged like the samples that gave it). The standard error of pass@1 is the std of the per-prompt mean
+correctness over prompts / sqrt(#prompts).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import torch
 
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import SamplingParams
-from rlvr.trainer.distributed import all_gather_objects
+from rlvr.runs.tool_rollouts import ToolSampler, verifier_samples
 from rlvr.runs.verifier_inputs import sample_dict
+from rlvr.trainer.distributed import all_gather_objects
 from rlvr.verifiers.reward import RewardFunction
 
 
@@ -91,11 +93,13 @@ def summarize(correct: list[list[bool]], answers: list[list[str | None]],
 
 def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: RewardFunction, solved_label: str, *,
              k: int, temperature: float, max_new_tokens: int, top_p: float = 1.0, top_k: int = 0, seed: int = 1234,
-             rank: int = 0, world_size: int = 1) -> EvalResult:
+             rank: int = 0, world_size: int = 1, tools: ToolSampler | None = None) -> EvalResult:
     """Sample k completions per held-out prompt and summarise (greedy when temperature is 0, then k = 1).
 
     Each rank evaluates its share of prompts; results are gathered so every rank returns the same numbers.
     ``top_p``/``top_k`` should be the rollout's (the policy is evaluated as it was trained to sample; 0 = no top-k).
+    ``tools``: the recipe's tool sampler (``rollout.tools``): multi-turn samples, the verifiers score each final text
+    and lengths count sampled tokens.
     """
     from rlvr.verifiers.math_answer import extract_answer
 
@@ -105,10 +109,18 @@ def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: Rewa
     mine = prompts[rank::world_size]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed + rank)
-        groups = engine.generate([p.token_ids for p in mine], k, sampling) if mine else []
-    comps = [c for grp in groups for c in grp]
-    texts = tokenizer.batch_decode([c.token_ids for c in comps], skip_special_tokens=True)
-    samples = [sample_dict(mine[i // k], c, max_new_tokens) for i, c in enumerate(comps)]
+        if tools is None:
+            groups = engine.generate([p.token_ids for p in mine], k, sampling) if mine else []
+        else:
+            out = tools.generate(mine, k, sampling) if mine else None
+    if tools is None:
+        comps = [c for grp in groups for c in grp]
+        texts = tokenizer.batch_decode([c.token_ids for c in comps], skip_special_tokens=True)
+        samples = [sample_dict(mine[i // k], c, max_new_tokens) for i, c in enumerate(comps)]
+    else:
+        comps, texts = (out.completions, out.texts) if out is not None else ([], [])
+        samples = verifier_samples(out, k, max_new_tokens) if out is not None else []
+    sampled = [s["completion_tokens"] for s in samples]
     results = reward_fn.score(texts, samples) if comps else []
     rows = []
     for j in range(len(mine)):
@@ -117,7 +129,7 @@ def run_eval(engine: Any, tokenizer: Any, prompts: list[Prompt], reward_fn: Rewa
             correct=[(res.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for res in results[sl]],
             answers=[extract_answer(t) for t in texts[sl]],
             rewards=[res.total for res in results[sl]],
-            lengths=[len(c.token_ids) for c in comps[sl]],
+            lengths=sampled[sl],
             truncated=[c.finish_reason == "length" for c in comps[sl]]))
     rows = [row for part in all_gather_objects(rows) for row in part]
     return summarize(**{key: [row[key] for row in rows] for key in ("correct", "answers", "rewards", "lengths",

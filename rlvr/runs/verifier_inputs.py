@@ -19,14 +19,15 @@ from rlvr.verifiers.reward import VerifierSpec
 
 class NoVerifiers:
     """The reward pool of a recipe with no verifiers at all (``reward.source: reward_model`` and ``verifiers: []``):
-    the interface of :class:`rlvr.verifiers.reward.RewardFunction` without worker processes; every completion gets total 0
-    and no per-verifier scores (the reward model's score is the reward)."""
+    the interface of :class:`rlvr.verifiers.reward.RewardFunction` without worker processes; every completion gets
+    total 0 and no per-verifier scores (the reward model's score is the reward)."""
 
     specs: list[VerifierSpec] = []
     labels: list[str] = []
 
     def score(self, completions: list[str], samples: list[dict], on_progress: Any = None) -> list[Any]:
-        """One empty :class:`rlvr.verifiers.reward.RewardResult` per completion. Raises ValueError when the lists differ."""
+        """One empty :class:`rlvr.verifiers.reward.RewardResult` per completion. Raises ValueError when the lists
+        differ."""
         from rlvr.verifiers.reward import RewardResult
 
         if len(completions) != len(samples):

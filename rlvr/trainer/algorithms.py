@@ -123,6 +123,9 @@ class GAE:
     (:func:`rlvr.algo.gae.gae_advantages`)
     against the rollout-time values, and the advantages whitened over all ranks' tokens.
 
+    With tools, ``response_mask`` is 0 on tool answers: they get no KL reward, and GAE carries the next sampled
+    token's value and advantage across them (:func:`rlvr.algo.gae.gae_advantages`).
+
     Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
     reference: the initial policy, for the KL penalty and the ``train/sqrt_kl_from_init`` metric even at beta 0.
 
@@ -158,6 +161,11 @@ class GAE:
         # the score sits at each completion's last token (even where the mask drops the sample: it is then masked)
         lengths = torch.tensor([max(len(c.token_ids), 1) for c in batch.completions])
         token_mask = (torch.arange(mask.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).float()  # (N, T)
+        if batch.sampled_masks:  # tools: the score sits at the last token the policy sampled, not at a tool answer
+            sampled = torch.zeros_like(token_mask)
+            for i, m in enumerate(batch.sampled_masks):
+                sampled[i, :len(m)] = torch.tensor(m, dtype=sampled.dtype)
+            token_mask = torch.where(sampled.sum(1, keepdim=True) > 0, token_mask * sampled, token_mask)
         kl = kl_per_token(batch.old_logprobs, batch.ref_logprobs, a.kl.estimator) \
             if self.needs.reference and batch.ref_logprobs is not None else None
         truncated = torch.tensor([c.finish_reason == "length" for c in batch.completions])

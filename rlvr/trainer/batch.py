@@ -24,6 +24,11 @@ class RolloutBatch:
     completions: list[Completion]
     group_size: int = field(metadata={"per": "batch"})
     texts: list[str] = field(default_factory=list)
+    sampled_masks: list[list[int]] = field(default_factory=list)
+    """Per sample with tools (``rollout.tools``): 1 on the response ids the policy sampled, 0 on tool answers and
+    template glue (as long as the sample's ``token_ids``); empty without tools (every response id was sampled)."""
+    trajectories: list[list[dict[str, Any]]] = field(default_factory=list)
+    """Per sample with tools: its turns, calls and outputs (``MultiTurnSample.trajectory``); empty without tools."""
     reward_results: list[Any] = field(default_factory=list)
     rewards: Tensor | None = None            # (N,) total reward
     solved: Tensor | None = None             # (N,) bool: the solved-verifier scored 1
@@ -45,6 +50,10 @@ class RolloutBatch:
 
     def prompt_of(self, i: int) -> Prompt:
         return self.prompts[i // self.group_size]
+
+    def sampled_length(self, i: int) -> int:
+        """Response tokens of sample ``i`` that the policy sampled (all of them without tools)."""
+        return sum(self.sampled_masks[i]) if self.sampled_masks else len(self.completions[i].token_ids)
 
     def select_groups(self, groups: list[int]) -> RolloutBatch:
         """The batch restricted to the groups ``groups`` (indices into ``prompts``, kept in that order).
@@ -107,7 +116,9 @@ class RolloutBatch:
 def tensorize(batch: RolloutBatch, pad_id: int, mask_truncated: bool) -> None:
     """Build the padded (N, P + T) inputs from the exact sampled token ids (never re-tokenized).
 
-    ``mask_truncated`` drops samples cut at max_new_tokens from the response mask (DAPO overlong filtering).
+    ``mask_truncated`` drops samples cut at max_new_tokens from the response mask (DAPO overlong filtering). With
+    tools, each sample's ``sampled_masks`` row is ANDed in: tool answers and template glue get no loss, no KL, no
+    entropy term and no GAE step, and do not count in token-mean denominators.
     """
     n = batch.num_samples
     prompt_ids = [batch.prompt_of(i).token_ids for i in range(n)]
@@ -125,6 +136,8 @@ def tensorize(batch: RolloutBatch, pad_id: int, mask_truncated: bool) -> None:
         rollout_lp[i, :k] = torch.tensor(comp.logprobs, dtype=torch.float32)
         if not (mask_truncated and comp.finish_reason == "length"):
             response_mask[i, :k] = 1.0
+        if batch.sampled_masks:
+            response_mask[i, :k] *= torch.tensor(batch.sampled_masks[i], dtype=torch.float32)
     if batch.valid is not None:
         response_mask *= batch.valid.float().unsqueeze(1)
     batch.input_ids, batch.attention_mask, batch.response_mask = input_ids, attention_mask, response_mask

@@ -18,6 +18,7 @@ from rlvr.config import DynamicSamplingConfig, RolloutConfig
 from rlvr.curriculum import Curriculum
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import RolloutEngine, SamplingParams
+from rlvr.runs.tool_rollouts import ToolSampler
 from rlvr.runs.verifier_inputs import sample_dict
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import DistInfo, all_gather_objects, all_reduce_sum
@@ -27,14 +28,24 @@ from rlvr.trainer.stages import StageTimer
 
 
 def rollout(engine: RolloutEngine, curriculum: Curriculum, train_prompts: list[Prompt], tokenizer: Any,
-            num_prompts: int, step: int, config: RolloutConfig, dist: DistInfo) -> RolloutBatch:
+            num_prompts: int, step: int, config: RolloutConfig, dist: DistInfo, tools: ToolSampler | None = None,
+            timer: StageTimer | None = None) -> RolloutBatch:
     """Draw ``num_prompts`` training prompts from the curriculum (this rank's share of them) and sample G completions
-    for each with ``engine``, at the curriculum's length limit for ``step``."""
+    for each with ``engine``, at the curriculum's length limit for ``step``; with ``tools``, multi-turn samples
+    (their sampled-token masks and trajectories in the batch, the tool calls' seconds on ``timer`` as ``tools``)."""
     g = config.group_size
     indices = curriculum.sample(num_prompts, step)[dist.rank::dist.world_size]
     prompts = [train_prompts[i] for i in indices]
     sampling = SamplingParams(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k,
                               max_new_tokens=curriculum.max_new_tokens(step))
+    if tools is not None:
+        if not prompts:
+            return RolloutBatch(prompts=[], completions=[], group_size=g, texts=[])
+        out = tools.generate(prompts, g, sampling)
+        if timer is not None:
+            timer.add("tools", out.rollout.tool_seconds)
+        return RolloutBatch(prompts=out.prompts, completions=out.completions, group_size=g, texts=out.texts,
+                            sampled_masks=out.masks, trajectories=out.trajectories)
     # a dynamic-sampling refill smaller than the number of ranks leaves some ranks without prompts
     groups = engine.generate([p.token_ids for p in prompts], g, sampling) if prompts else []
     completions = [c for group in groups for c in group]
@@ -48,6 +59,10 @@ def score(rewards: RewardSource, batch: RolloutBatch, max_new_tokens: int) -> No
     """Score every completion of ``batch`` in place with the reward source (verifiers run in their worker pool; a
     failure costs one sample). ``max_new_tokens``: the step's length limit, which overlong shaping reads."""
     samples = [sample_dict(batch.prompt_of(i), c, max_new_tokens) for i, c in enumerate(batch.completions)]
+    if batch.trajectories:  # tools: the sampled tokens count, and a verifier may read the turns and calls
+        for i, sample in enumerate(samples):
+            sample["completion_tokens"] = batch.sampled_length(i)
+            sample["trajectory"] = batch.trajectories[i]
     scores = rewards.score(batch, samples)
     batch.reward_results, batch.rewards, batch.solved, batch.valid = (scores.results, scores.rewards,
                                                                      scores.solved, scores.valid)
@@ -62,7 +77,8 @@ def _filtered(batch: RolloutBatch, ds: DynamicSamplingConfig) -> torch.Tensor:
 
 def collect(engine: RolloutEngine, rewards: RewardSource, curriculum: Curriculum, train_prompts: list[Prompt],
             tokenizer: Any, *, step: int, config: RolloutConfig, ds: DynamicSamplingConfig, dist: DistInfo,
-            tokens_left: float, timer: StageTimer) -> tuple[RolloutBatch, dict[str, float], int]:
+            tokens_left: float, timer: StageTimer, tools: ToolSampler | None = None
+            ) -> tuple[RolloutBatch, dict[str, float], int]:
     """Rollout + verify rounds until the step's batch is complete (every rank must call it: counts are reduced).
 
     Args:
@@ -73,7 +89,8 @@ def collect(engine: RolloutEngine, rewards: RewardSource, curriculum: Curriculum
         step: steps done so far. config: the recipe's ``rollout`` section (B = ``prompts_per_step`` over all ranks).
         ds: the recipe's dynamic-sampling section. dist: this rank and the number of ranks.
         tokens_left: generated tokens left in the run's budget (``inf``: no budget).
-        timer: the step's stage timer (``rollout`` and ``reward`` stages).
+        timer: the step's stage timer (``rollout``, ``tools`` and ``reward`` stages).
+        tools: the recipe's tool sampler (``rollout.tools``), or None for single-turn generation.
     Returns:
         this rank's kept batch, the ``rollout/*`` counts of the step, and the tokens generated over all ranks.
     """
@@ -84,7 +101,7 @@ def collect(engine: RolloutEngine, rewards: RewardSource, curriculum: Curriculum
         rounds += 1
         with timer("rollout"):
             part = rollout(engine, curriculum, train_prompts, tokenizer, want - have if ds.enabled else want, step,
-                           config, dist)
+                           config, dist, tools, timer)
         with timer("reward"):
             score(rewards, part, curriculum.max_new_tokens(step))
         g = part.group_size
@@ -96,7 +113,7 @@ def collect(engine: RolloutEngine, rewards: RewardSource, curriculum: Curriculum
         for groups in all_gather_objects(mine):  # every rank keeps the same solve-rate table
             curriculum.observe(groups)
         counts = all_reduce_sum(torch.tensor([float(zero_var.sum()), float(len(part.prompts)),
-                                              float(sum(len(c.token_ids) for c in part.completions))],
+                                              float(sum(part.sampled_length(i) for i in range(part.num_samples)))],
                                              dtype=torch.float64)).tolist()
         zero_var_before += int(counts[0])
         groups_seen += int(counts[1])

@@ -1,7 +1,8 @@
 """The stages of one training step, in order, and their wall-clock timer (``time/<stage>_s`` metrics).
 
 The names are shared by the trainer's ``step()``, the timers, the metric prefixes and the README's table.
-``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it.
+``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it;
+``tools`` (``rollout.tools`` only) the tool calls' wall-clock time, inside ``rollout`` and not counted in it.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-STAGES = ("rollout", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update", "update_critic",
-          "sync", "checkpoint")
+STAGES = ("rollout", "tools", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update",
+          "update_critic", "sync", "checkpoint")
 
 
 class StageTimer:
@@ -35,3 +36,10 @@ class StageTimer:
             self.seconds[stage] = self.seconds.get(stage, 0.0) + elapsed - inner
             if self._nested:
                 self._nested[-1] += elapsed
+
+    def add(self, stage: str, seconds: float) -> None:
+        """Count ``seconds`` spent inside the open stage as ``stage`` (measured by the caller, e.g. the tool calls
+        of a rollout): the open stage's seconds exclude them."""
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+        if self._nested:
+            self._nested[-1] += seconds

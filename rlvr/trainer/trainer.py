@@ -14,7 +14,8 @@ The driver only sequences stages; each has its own module:
   :mod:`rlvr.trainer.deepspeed_setup`; the critic in :mod:`rlvr.trainer.critic`; under ZeRO-3 the reference and the
   reward models are sharded too, :mod:`rlvr.trainer.sharded_inference`);
 - rewards: :mod:`rlvr.trainer.reward_sources` (verifiers behind one ``score`` interface);
-- rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`;
+- rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`; with ``rollout.tools``, multi-turn
+  rollouts on the same engine (:mod:`rlvr.runs.tool_rollouts`), tool answers masked out of the loss;
 - the algorithm (what it needs, advantages (N, T)): :mod:`rlvr.trainer.algorithms`;
 - the update loop (epochs x mini-batches x micro-batches) and the policy loss: :mod:`rlvr.trainer.update_loop`,
   :mod:`rlvr.trainer.policy_objective`;
@@ -53,6 +54,8 @@ from rlvr.runs.evaluation import EvalResult, run_eval
 from rlvr.runs.metrics import MetricsLogger, check_metrics_before_resume, read_metrics
 from rlvr.runs.plots import plot_curves
 from rlvr.runs.recipe_inputs import open_recipe_inputs
+from rlvr.runs.tool_rollouts import ToolSampler
+from rlvr.tools.loading import build_tool_environment
 from rlvr.trainer import step_metrics
 from rlvr.trainer.algorithms import Algorithm, build_algorithm
 from rlvr.trainer.batch import RolloutBatch, tensorize
@@ -134,6 +137,8 @@ class RLTrainer:
         # no verifiers (a reward model alone): no solved flag, so no solve rate and no pass@k eval
         self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)] \
             if r.solved_verifier is not None else None
+        # tools are imported and checked before the model loads; the sampler needs the rollout engine, built last
+        self.tool_env = build_tool_environment(r.rollout.tools_config(), self.tokenizer) if r.rollout.tools else None
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
                                      max_new_tokens=r.rollout.max_new_tokens)
         self.sampler = self.curriculum.sampler
@@ -172,6 +177,10 @@ class RLTrainer:
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or build_rollout_engine(
                 r, self.model, self.tokenizer, self.eos_ids, self.autocast_dtype)
+        self.tools: ToolSampler | None = None
+        if self.tool_env is not None:  # rollout.tools: multi-turn rollouts on the same engine
+            self.tools = ToolSampler(self.rollout_engine, self.tokenizer, self.tool_env, data=r.data,
+                                     shots=self.prompt_set.shots, rollout=r.rollout, eos_ids=self.eos_ids)
         self.failure_reasons: dict[str, str | None] = {}
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
@@ -339,17 +348,18 @@ class RLTrainer:
                             self.solved_label, k=k or ev.k, temperature=ev.temperature,
                             max_new_tokens=ev.max_new_tokens or self.recipe.rollout.max_new_tokens,
                             top_p=self.recipe.rollout.top_p, top_k=self.recipe.rollout.top_k, seed=ev.seed,
-                            rank=self.dist.rank, world_size=self.dist.world_size)
+                            rank=self.dist.rank, world_size=self.dist.world_size, tools=self.tools)
 
     # ------------------------------------------------------------------------------------------------ stages
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
-        """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`)."""
+        """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`);
+        with ``rollout.tools``, multi-turn rollouts (:class:`rlvr.runs.tool_rollouts.ToolSampler`)."""
         timer = StageTimer()
         budget = self.recipe.trainer.max_tokens_generated
         batch, info, generated = collect(
             self.rollout_engine, self.rewards, self.curriculum, self.prompt_set.train, self.tokenizer,
             step=self.step_done, config=self.recipe.rollout, ds=self.recipe.algorithm.dynamic_sampling, dist=self.dist,
-            tokens_left=math.inf if budget is None else budget - self.tokens_generated, timer=timer)
+            tokens_left=math.inf if budget is None else budget - self.tokens_generated, timer=timer, tools=self.tools)
         self.tokens_generated += generated
         return batch, info, timer
 
@@ -446,6 +456,8 @@ class RLTrainer:
         if self.solved_label is None:  # nothing decides "solved": a solve rate of 0 would be a made-up number
             for key in step_metrics.SOLVED_METRICS:
                 metrics.pop(key, None)
+        if self.tools is not None:
+            metrics.update(step_metrics.tool_metrics(batch))
         gold = self.rewards.gold_labels
         if self.reward_model is not None or gold:
             metrics.update(step_metrics.reward_model_metrics(batch, gold, metrics) if self.reward_model is not None

@@ -64,3 +64,74 @@ class EchoTool:
     def run_batch(self, arguments, sessions):
         self.batches.append([a["code"] for a in arguments])
         return [ToolResult(f"ran: {a['code'].strip()}", "ok", 0.01) for a in arguments]
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers (a function tool for training tests: ``tests.tools.scripted:add``); equal operands raise,
+    so some calls fail."""
+    if a == b:
+        raise ValueError("equal operands")
+    return a + b
+
+
+def used_a_tool(completion: str, sample: dict) -> float:
+    """A verifier that reads the trajectory: 1.0 when a tool call of the sample succeeded."""
+    return float(any(c["status"] == "ok" for turn in sample.get("trajectory", []) for c in turn["calls"]))
+
+
+def build_tiny_chat_model(dir_path, seed: int = 0, hidden: int = 32, layers: int = 2):
+    """A random-init Llama-shaped causal LM over :func:`chat_tokenizer` (ChatML template, printable characters),
+    saved with the tokenizer to ``dir_path``; room for 2048 positions (the fenced format's instructions are a long
+    prompt). Llama, not Qwen2: transformers loads a Qwen2 folder's tokenizer as its byte-level class, which has no
+    ids for this vocabulary's whitespace."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = chat_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.eos_token_id)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(dir_path)
+    tokenizer.save_pretrained(dir_path)
+    return dir_path
+
+
+class AddToolEngine:
+    """A rollout engine for training runs with the ``add`` tool in the fenced format, stateless across calls (so a
+    resumed run samples what an unbroken one does): a turn that has not called yet writes an ```add block with two
+    digits drawn from torch's global RNG; a turn after an ```output block answers with a digit and eos. Stop strings
+    and the token budget cut as a real engine's do; log-probs are a fixed -1.0."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.syncs = tokenizer, 0
+
+    def generate(self, prompt_token_ids, n, sampling: SamplingParams):
+        import torch
+
+        groups = []
+        for prompt in prompt_token_ids:
+            text = self.tokenizer.decode(prompt, skip_special_tokens=False)
+            answered = "```output" in text[text.rfind("<|im_start|>assistant"):]
+            group = []
+            for _ in range(n):
+                a, b = torch.randint(0, 10, (2,)).tolist()
+                reply = f"so {(a + b) % 10}" if answered else f'```add\n{{"a": {a}, "b": {b}}}\n```\n'
+                ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+                ids, reason, hit = (ids + [self.tokenizer.eos_token_id]) if answered else ids, "stop", None
+                found = StopStrings(self.tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
+                if found is not None:
+                    ids, hit, reason = ids[:found[0]], found[1], "stop_sequence"
+                if len(ids) > sampling.max_new_tokens:
+                    ids, reason, hit = ids[:sampling.max_new_tokens], "length", None
+                group.append(Completion(list(ids), [-1.0] * len(ids), reason, hit))
+            groups.append(group)
+        return groups
+
+    def sync_weights(self, model) -> None:
+        self.syncs += 1
