@@ -31,8 +31,7 @@ from pathlib import Path
 from rlvr.runs.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
-ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
-       "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # the Makefile's defaults
+ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
 ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
         "dynamic-unscaled": ["algorithm.dynamic_sampling.enabled=true",
                              "algorithm.dynamic_sampling.scale_unfilled=false"],

@@ -31,8 +31,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s, step_floor  # noqa: E402
 
-ENV = {"RLVR_CACHE": str(REPO / ".cache/rlvr"), "TORCH_EXTENSIONS_DIR": str(REPO / ".cache/torch_extensions"),
-       "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # the Makefile's defaults
+ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
 TRL_PINS = ["torch==2.13.0", "trl==1.16.0", "math-verify[antlr4_13_2]"]
 """TRL's venv: torch pinned to the CPU wheel rlvr uses (a bare install could pull a CUDA build); math-verify for TRL's
 ``accuracy_reward``."""
@@ -264,6 +263,7 @@ def main() -> None:
 
     import torch
 
+    from rlvr import cache_dir
     from rlvr.models.embedded import embedded_model_dir
 
     torch.set_num_threads(args.threads)
@@ -276,7 +276,7 @@ def main() -> None:
                "steps_per_run": args.steps}
     print(f"machine: {json.dumps(machine)}", flush=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    cache = Path(ENV["RLVR_CACHE"])
+    cache = cache_dir()
     smollm2 = embedded_model_dir(cache)
     model_dirs = {"smollm2": smollm2, "tiny": None}
     prompts = write_prompts(args.work_dir / "basic_arithmetic.jsonl", size=500, seed=0)

@@ -20,8 +20,7 @@ OUT_DIR="${1:-${OUT:-$REPO/gpu_check_out}}"
 mkdir -p "$OUT_DIR"
 SUMMARY="$OUT_DIR/summary.txt"
 : > "$SUMMARY"
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false RLVR_CACHE="${RLVR_CACHE:-$REPO/.cache/rlvr}"
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$REPO/.cache/torch_extensions}"
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false  # caches: rlvr's defaults (RLVR_CACHE, else ~/.cache/rlvr)
 
 step() {  # step NAME LIMIT_S COMMAND...: run with a time limit, log, and record the verdict
   local name="$1" limit="$2"; shift 2

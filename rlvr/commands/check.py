@@ -4,9 +4,11 @@
     rlvr check recipes/r1_zero_qwen2.5_math_7b.yaml --ranks 8 --gpu-memory H100-80GB
 
 Prints one line per finding (``ok``, ``info``, ``skip``, ``warn``, ``error``) and a verdict; exits 1 when any check
-failed. It goes on past a missing piece (a dataset or model the offline hub cannot give is a ``skip``, not a stop), so
-one run lists every problem. The same checks run at the start of ``rlvr train``, ``rlvr eval`` and ``rlvr filter``:
-there an error stops the command before the model is loaded, and a warning is printed.
+failed. It goes on past a missing piece (a hub dataset the offline hub cannot give is a ``skip``; a model that is
+neither a local folder, nor in the local hub cache, nor ``embedded:`` is an error, and the memory estimate still runs
+from the known model shapes), so one run lists every problem. The same checks run at the start of ``rlvr train``,
+``rlvr eval`` and ``rlvr filter``: there an error stops the command before the model is loaded, and a warning is
+printed.
 Checks: verifiers resolve (a registered name, or ``module:function`` importable with the recipe's folder and the
 working directory on the import path) and their kwargs match their signatures; the data file exists and parses; the
 model exists; the prompt template (and tags it prefills that a format verifier wants in the completion); EOS and stop
@@ -16,7 +18,6 @@ ids; every answer verifier scores the dataset's own gold answers as correct; bat
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ _USER_ERRORS_NOTE = "a recipe that does not load stops here: nothing else can be
 
 
 def _hub_offline(name: str) -> bool:
+    from rlvr.models.hub import hub_offline
+
     looks_like_path = name.startswith((".", "/", "~")) or Path(name).expanduser().exists() or name.count("/") > 1
-    return os.environ.get("HF_HUB_OFFLINE") == "1" and not looks_like_path
+    return hub_offline() and not looks_like_path
 
 
 def _shown(path: str) -> str:
@@ -100,12 +103,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
         tokenizer = load_tokenizer(model_path, recipe.model)
         report.add("ok", "model", f"{recipe.model.name} -> {model_path}")
     except (ModelLoadError, OSError, ValueError) as exc:
-        model_path = None
-        if _hub_offline(recipe.model.name):
-            report.add("skip", "model", f"hub model {recipe.model.name!r} not reachable with HF_HUB_OFFLINE=1: the "
-                                        f"EOS and prompt checks need its tokenizer")
-        else:
-            report.add("error", "model", str(exc))
+        model_path = None  # offline, a hub name that is not in the local hub cache is an error: the run would fail
+        report.add("error", "model", str(exc))
 
     prompt_set = None
     if rows is not None and tokenizer is not None:
@@ -153,7 +152,7 @@ def _check_reward_model_recipe(path: str, overrides: list[str], report: Any) -> 
     try:
         report.add("ok", "model", f"{recipe.model.name} -> {resolve_model_path(recipe.model.name)}")
     except (ModelLoadError, OSError, ValueError) as exc:
-        report.add("skip" if _hub_offline(recipe.model.name) else "error", "model", str(exc))
+        report.add("error", "model", str(exc))
     return report
 
 

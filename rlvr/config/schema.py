@@ -167,9 +167,9 @@ class RolloutConfig(_Section):
         "With tools: a tool answer longer than this many tokens is cut in the middle, with a marker saying how much "
         "was cut."))
     call_format: Literal["auto", "fenced", "hermes"] = Field("auto", description=(
-        "With tools: ``fenced`` (```python blocks answered by an ```output block inside the assistant's turn; any "
-        "model), ``hermes`` (the chat template's ``<tool_call>`` JSON answered by a tool message), or ``auto`` "
-        "(hermes where the chat template mentions ``<tool_call>``, else fenced)."))
+        "With tools: ``fenced`` (a fenced code block named after the tool, answered by an ``output`` block inside "
+        "the assistant's turn; any model), ``hermes`` (the chat template's ``<tool_call>`` JSON answered by a tool "
+        "message), or ``auto`` (hermes where the chat template mentions ``<tool_call>``, else fenced)."))
     max_response_tokens: int | None = Field(None, gt=0, description=(
         "With tools: the most ids a response may hold, sampled tokens and tool answers together (the context a sample "
         "may use beyond its prompt); past it the sample ends as truncated (``length``). ``None`` = ``max_new_tokens`` "

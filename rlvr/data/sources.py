@@ -55,6 +55,9 @@ def _load_hf(src: HFSource) -> list[dict[str, Any]]:
             ds = datasets.load_from_disk(str(Path(src.name).expanduser()))
             ds = ds[src.split] if isinstance(ds, datasets.DatasetDict) else ds
         else:
+            from rlvr.models.hub import ensure_hub_or_offline
+
+            ensure_hub_or_offline(f"data.source.name={src.name!r}")
             ds = datasets.load_dataset(src.name, src.subset, split=src.split)
     except Exception as exc:  # offline hub, unknown name/split
         raise DataError(f"data.source: cannot load HF dataset {src.name!r} (subset={src.subset}, split={src.split}): "

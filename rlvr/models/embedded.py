@@ -48,9 +48,10 @@ class EmbeddedModelError(RuntimeError):
 
 
 def default_cache_dir() -> Path:
-    """Return rlvr's cache root: ``$RLVR_CACHE`` if set, else ``~/.cache/rlvr``."""
-    env = os.environ.get("RLVR_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rlvr"
+    """Return rlvr's cache root: ``$RLVR_CACHE`` if set, else ``~/.cache/rlvr`` (:func:`rlvr.cache_dir`)."""
+    from rlvr import cache_dir
+
+    return cache_dir()
 
 
 def find_gguf() -> Path:

@@ -4,7 +4,6 @@ embedded default model (``embedded:smollm2-135m-instruct``, converted once from 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -12,6 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 
 from rlvr.config import ModelConfig
 from rlvr.models.embedded import EMBEDDED_MODEL_NAME, embedded_model_dir
+from rlvr.models.hub import ensure_hub_or_offline, hub_offline
 
 
 class ModelLoadError(RuntimeError):
@@ -24,7 +24,8 @@ def resolve_model_path(name: str) -> str:
     merges it into the base model it names.
 
     Raises:
-        ModelLoadError: a path-like name that does not exist, or a hub name whose config cannot be fetched (offline).
+        ModelLoadError: a path-like name that does not exist, or a hub name whose config cannot be fetched (offline:
+            one that is not in the local hub cache).
     """
     if name == EMBEDDED_MODEL_NAME:
         return str(embedded_model_dir())
@@ -35,14 +36,18 @@ def resolve_model_path(name: str) -> str:
             raise ModelLoadError(f"model.name={name!r}: no model folder there (expected {path}/config.json); give a "
                                  f"local HF model folder, a hub name, or {EMBEDDED_MODEL_NAME!r}")
         return str(path)
+    ensure_hub_or_offline(f"model.name={name!r}")  # a silent hub: offline at once, not a minute of retries
     try:
         AutoConfig.from_pretrained(name)
     except Exception as exc:  # hub unreachable, unknown repo, gated, ...
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        if hub_offline():
+            raise ModelLoadError(
+                f"model.name={name!r}: not a local folder, not in the local hub cache, and not "
+                f"{EMBEDDED_MODEL_NAME!r} (offline: HF_HUB_OFFLINE=1); download it where the hub answers (`hf "
+                f"download {name}`), or give a local folder") from None
         raise ModelLoadError(
             f"model.name={name!r}: cannot load its config from the hub ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:200]}){' with HF_HUB_OFFLINE=1' if offline else ''}; give a local folder "
-            f"or {EMBEDDED_MODEL_NAME!r}") from None
+            f"{str(exc).splitlines()[0][:200]}); give a local folder or {EMBEDDED_MODEL_NAME!r}") from None
     return name
 
 

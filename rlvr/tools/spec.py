@@ -28,8 +28,10 @@ class ToolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    kwargs: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(description="``python`` (built in) or ``package.module:function`` (a typed Python function).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Keyword arguments bound to the tool and hidden from the model (for ``python``: ``time_s``, ``memory_mb``, "
+        "``output_kb``, ``session``, ``backend``)."))
 
     @field_validator("name")
     @classmethod

@@ -312,7 +312,7 @@ GPU_RECIPES = {  # recipe -> (ranks, GPU) as its header states
 
 def test_every_shipped_recipe_is_covered():
     shipped = {p.name for p in (REPO / "recipes").glob("*.yaml")}
-    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml"}
+    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "tool_demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml"}
 
 
 def _rm_run_dir(tmp_path: Path) -> Path:
@@ -368,11 +368,14 @@ def test_a_reward_model_recipe_with_a_missing_pairs_file_fails(capsys, monkeypat
 
 
 @pytest.mark.parametrize("name", sorted(GPU_RECIPES))
-def test_shipped_gpu_recipes_pass_with_their_memory_estimated_for_their_gpu(name, capsys, monkeypatch):
+def test_shipped_gpu_recipes_offline_have_their_memory_estimated_for_their_gpu(name, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     ranks, gpu = GPU_RECIPES[name]
     code, out = _check(capsys, [f"recipes/{name}", "--ranks", str(ranks), "--gpu-memory", gpu])
-    assert code == 0, out
+    # offline, a hub model that is not in the local hub cache is an error (`rlvr train` would fail there) ...
+    model = yaml.safe_load((REPO / "recipes" / name).read_text())["model"]["name"]
+    assert code == 1 and f"error   model: model.name='{model}': not a local folder, not in the local hub cache" in out
+    # ... and the memory estimate still runs, from the known model shapes
     assert "info    memory: per rank" in out or "warn    memory:" in out, out
     assert f"({gpu})" in out
 
@@ -385,6 +388,17 @@ def test_the_demo_recipe_passes_every_check(capsys, monkeypatch):
         assert f"ok      {check}:" in out, (check, out)
     assert "recipes/demo.yaml: ok: 0 error(s), 0 warning(s), 0 check(s) skipped" in out
     assert "preset: grpo" in out and "clip_high: 0.2" in out  # --resolved
+
+
+@pytest.mark.parametrize("overrides", [[], ["--set", "rollout.tools=[]", "--set", "data.shot_field=null"]],
+                         ids=["python tool", "without tools"])
+def test_the_tool_demo_recipe_passes_with_and_without_its_tool(overrides, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/tool_demo.yaml", *overrides])
+    assert code == 0, out
+    for check in ("schema", "verifiers", "data", "model", "eos", "gold"):
+        assert f"ok      {check}:" in out, (check, out)
+    assert "recipes/tool_demo.yaml: ok: 0 error(s)" in out, out
 
 
 # ------------------------------------------------------------------------------------------------ at the start of runs

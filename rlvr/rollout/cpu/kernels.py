@@ -2,7 +2,7 @@
 :mod:`rlvr.rollout.cpu.fused_decode`).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
-ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``); torch
+ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``, :func:`rlvr.cache_dir`); torch
 rebuilds them when the source or the flags change. They are built for AVX-512 and loaded only where torch runs
 AVX-512 kernels. Where they cannot be built (no compiler, another CPU), :func:`decode_kernels` says why once on
 stderr and returns None, and decoding keeps transformers' modules.
@@ -51,7 +51,7 @@ def decode_kernels() -> ModuleType | None:
         from torch.utils.cpp_extension import load
 
         print("[rlvr] loading the fused decode kernels (built on first use on a machine, ~1 min; cached under "
-              f"{os.environ.get('TORCH_EXTENSIONS_DIR', '~/.cache/torch_extensions')})", file=sys.stderr, flush=True)
+              f"{os.environ.get('TORCH_EXTENSIONS_DIR')})", file=sys.stderr, flush=True)
         return load(name="rlvr_decode_kernels", sources=[str(SOURCE)], extra_cflags=CFLAGS, verbose=False)
     except Exception as err:  # no compiler or ninja, a build error: decoding falls back to transformers' modules
         print(f"[rlvr] fused decode kernels unavailable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
