@@ -3,7 +3,7 @@
     rlvr verify math --gold '\\frac{1}{2}' --pred 'so the answer is \\boxed{0.5}'   # one JSON object
     rlvr verify math --file cases.jsonl      # lines with "gold" and "pred"
     rlvr verify format --file f.jsonl        # lines with "completion"
-    rlvr verify code --file c.jsonl          # see rlvr.commands.verify_code
+    rlvr verify code --file c.jsonl          # the line format: docs/sandbox.md ("rlvr verify code")
 
 With ``--file`` every input line gives one output line, in order: the input fields plus ``"score"`` (1 or 0;
 null when the line could not be judged: a timeout, a crash, a bad line, or a gold that cannot be parsed).
@@ -47,8 +47,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     fmt.add_argument("--answer-tag", default="answer")
     _add_common(fmt, "JSONL with field 'completion'")
 
-    code = kinds.add_parser("code", help="run programs against tests in the sandbox")
-    code.add_argument("--file", required=True, help="JSONL with 'solution', 'test_type' and 'tests'")
+    code = kinds.add_parser("code", help="run programs against tests in the sandbox (input format: docs/sandbox.md)",
+                            description="Run each line's program against its tests in the sandbox. A line: "
+                                        "'solution', 'test_type' (stdio or function) and 'tests', optionally "
+                                        "'checker' and 'limits'; the format with examples is in docs/sandbox.md.")
+    code.add_argument("--file", required=True, help="JSONL with 'solution', 'test_type' and 'tests' (docs/sandbox.md)")
     code.add_argument("--backend", default="auto", help="sandbox backend: auto, docker or bwrap")
     code.add_argument("--mode", choices=["fraction", "all"], default="fraction",
                       help="score: fraction of tests passed, or 1/0 for all passed")
