@@ -117,8 +117,9 @@ def step_time_table(runs: dict[str, dict[str, float]]) -> str:
 
 def plot_gold_vs_proxy(curves: dict[str, Curve], out_path: Path, window: int = 3, gold_label: str = "gold (math "
                        "verifier solve rate)", title: str = "") -> Path:
-    """One panel per run: gold (left axis, solid) and proxy (right axis, dashed) against sqrt(KL from the initial
-    policy); the raw per-step points faint, the trailing ``window``-step means as lines. Writes ``out_path`` (PNG).
+    """One panel per run: gold (left axis, circles, solid line) and proxy (right axis, squares, dashed line) against
+    sqrt(KL from the initial policy). The per-step points are coloured by step; the lines are ``window``-point means
+    taken in order of sqrt(KL), so they never zig-zag back where KL fell between steps. Writes ``out_path`` (PNG).
 
     Raises:
         ValueError: no curves.
@@ -130,19 +131,23 @@ def plot_gold_vs_proxy(curves: dict[str, Curve], out_path: Path, window: int = 3
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(5.6 * len(curves), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(curves), figsize=(6.4 * len(curves), 4.2), squeeze=False)
     for ax, (name, c) in zip(axes[0], curves.items(), strict=True):
         right = ax.twinx()
-        ax.plot(c.sqrt_kl, c.gold, "o", color="C0", alpha=0.25, markersize=3)
-        ax.plot(c.sqrt_kl, moving_average(c.gold, window), "-", color="C0", label=gold_label)
-        right.plot(c.sqrt_kl, c.proxy, "s", color="C3", alpha=0.25, markersize=3)
-        right.plot(c.sqrt_kl, moving_average(c.proxy, window), "--", color="C3", label="proxy (RM score)")
+        order = sorted(range(len(c.steps)), key=lambda i: (c.sqrt_kl[i], c.steps[i]))
+        xs = [c.sqrt_kl[i] for i in order]
+        gold = ax.scatter(c.sqrt_kl, c.gold, c=c.steps, cmap="viridis", marker="o", s=14, alpha=0.7)
+        right.scatter(c.sqrt_kl, c.proxy, c=c.steps, cmap="viridis", marker="s", s=14, alpha=0.7)
+        ax.plot(xs, moving_average([c.gold[i] for i in order], window), "-", color="C0", label=gold_label)
+        right.plot(xs, moving_average([c.proxy[i] for i in order], window), "--", color="C3",
+                   label="proxy (RM score)")
+        fig.colorbar(gold, ax=right, pad=0.12, label="step")
         ax.set_xlabel("sqrt(KL from the initial policy)  (nats$^{1/2}$ per sample)")
         ax.set_ylabel("gold: solve rate", color="C0")
         right.set_ylabel("proxy: RM mean score", color="C3")
         ax.set_title(f"{name} ({len(c.steps)} steps)")
         ax.grid(alpha=0.3)
-        lines = ax.get_lines()[1:] + right.get_lines()[1:]
+        lines = ax.get_lines() + right.get_lines()
         ax.legend(lines, [ln.get_label() for ln in lines], fontsize=8, loc="lower right")
     if title:
         fig.suptitle(title, fontsize=10)

@@ -82,3 +82,23 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no curves"):
         plot_gold_vs_proxy({}, tmp_path / "q.png")
+
+
+def test_gold_vs_proxy_lines_follow_sqrt_kl_and_points_carry_the_step(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    records = _records()
+    for r in records:  # KL falls between steps 3 and 4: a line in step order would turn back
+        if r.get("step") == 4:
+            r["train/sqrt_kl_from_init"] = 0.2
+    figures = []
+    monkeypatch.setattr(plt.Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    plot_gold_vs_proxy({"KL": read_curve(records)}, tmp_path / "p.png")
+    fig = figures[0]
+    ax = fig.axes[0]
+    for line in ax.get_lines() + fig.axes[1].get_lines():
+        xs = list(line.get_xdata())
+        assert xs == sorted(xs)
+    points = ax.collections[0]
+    assert list(points.get_array()) == [1, 2, 3, 4, 5, 6]  # coloured by step
+    assert any(a.get_ylabel() == "step" for a in fig.axes)  # the colour bar

@@ -1,4 +1,5 @@
-"""PNG plots of the curves people look at: reward, solve rate, response length, KL (and entropy, clip fraction)."""
+"""PNG plots of the curves people look at: reward, solve rate, response length, KL, entropy, clip fraction (each
+where the run logs it)."""
 
 from __future__ import annotations
 
@@ -12,36 +13,55 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from rlvr.runs.atomic import atomic_open  # noqa: E402
 
-PANELS: list[tuple[str, list[str]]] = [
-    ("reward", ["reward/mean"]),
-    ("solve rate", ["reward/solve_rate", "eval/pass_at_1"]),
-    ("response length (tokens)", ["rollout/response_length", "rollout/response_length_correct",
-                                  "rollout/response_length_incorrect"]),
-    ("KL to reference (nats/token)", ["train/kl"]),
-    ("entropy (nats/token)", ["train/entropy"]),
-    ("clip fraction", ["train/clip_fraction"]),
+PANELS: list[tuple[str, str, list[str]]] = [  # (title, y-axis label, metric keys)
+    ("reward", "mean reward", ["reward/mean"]),
+    ("solve rate", "fraction solved", ["reward/solve_rate", "eval/pass_at_1"]),
+    ("response length", "tokens", ["rollout/response_length", "rollout/response_length_correct",
+                                   "rollout/response_length_incorrect"]),
+    ("KL to reference", "nats/token", ["train/kl"]),
+    ("entropy", "nats/token", ["train/entropy"]),
+    ("clip fraction", "fraction of tokens", ["train/clip_fraction"]),
 ]
+ZERO_MEANS_ABSENT = {"train/kl", "train/clip_fraction"}
+"""Series that are 0 at every step when the run has no such term (no KL penalty; no clipping, e.g. one on-policy
+epoch): left out, not drawn as a flat line."""
+
+
+def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    points = [(r["step"], r[key]) for r in records
+              if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
+    if key in ZERO_MEANS_ABSENT and all(y == 0 for _, y in points):
+        return []
+    return points
 
 
 def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "") -> Path | None:
-    """Write a grid of the main curves to ``out_path`` (PNG); returns it, or None when there is nothing to plot."""
-    if not records:
+    """Write a grid of the curves the run logged to ``out_path`` (PNG): one panel per logged quantity (none for what
+    the run does not log), evals as points (joined only from three evals on), integer steps, labelled axes.
+    Returns the path, or None when there is nothing to plot."""
+    from matplotlib.ticker import MaxNLocator
+
+    panels = [(name, ylabel, series) for name, ylabel, keys in PANELS
+              if (series := [(key, pts) for key in keys if (pts := _series(records, key))])]
+    if not panels:
         return None
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7))
-    for ax, (name, keys) in zip(axes.flat, PANELS, strict=True):
-        for key in keys:
-            points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, marker="o" if key.startswith("eval/") else None, markersize=4,
-                        label=key.split("/", 1)[1])
+    cols = min(3, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.5 * rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    for ax, (name, ylabel, series) in zip(axes.flat, panels):
+        for key, points in series:
+            xs, ys = zip(*points)
+            is_eval = key.startswith("eval/")
+            ax.plot(xs, ys, marker="o" if is_eval or len(xs) == 1 else None, markersize=5,
+                    linestyle="-" if not is_eval or len(xs) >= 3 else "none", label=key.split("/", 1)[1])
         ax.set_title(name)
         ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+        ax.legend(fontsize=7)
     return save_figure(fig, out_path, title)
 
 
