@@ -3,9 +3,9 @@
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``,
-:func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. They are built for AVX-512 and loaded only where torch runs
-AVX-512 kernels. Where they cannot be built (no compiler, another CPU), :func:`decode_kernels` says why once on
-stderr and returns None, and decoding keeps transformers' modules.
+:func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. They are built for AVX-512 and
+loaded only where torch runs AVX-512 kernels. Where they cannot be built (no compiler, another CPU),
+:func:`decode_kernels` says why once on stderr and returns None, and decoding keeps transformers' modules.
 """
 
 from __future__ import annotations
