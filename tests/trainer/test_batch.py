@@ -24,6 +24,7 @@ def _batch(b: int = 3, offset: int = 0) -> RolloutBatch:
         prompts=[Prompt(index=offset + k, row={}, text=f"p{offset + k}", token_ids=[offset + k]) for k in range(b)],
         completions=[Completion(token_ids=[i], logprobs=[-0.5], finish_reason="stop") for i in ids],
         group_size=G, texts=[f"t{i}" for i in ids], reward_results=[f"r{i}" for i in ids],
+        sampled_masks=[[i % 2] for i in ids], trajectories=[[{"turn": i}] for i in ids],
         rewards=column.clone(), rm_scores=-column, solved=column > offset + 2, valid=column >= 0,
         input_ids=column.long().unsqueeze(1).repeat(1, 3), attention_mask=torch.ones(n, 3, dtype=torch.long),
         response_mask=column.unsqueeze(1).repeat(1, 2), rollout_logprobs=column.unsqueeze(1).repeat(1, 2),
