@@ -15,7 +15,7 @@ from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.disk import check_disk
 from rlvr.preflight.gold import check_gold
-from rlvr.preflight.memory import estimate_memory, held_models, judge_memory
+from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, lora_params
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.sandbox_check import check_sandbox
@@ -123,8 +123,9 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
         report.add("skip", "memory", str(exc))
         return
     critic = shapes.get("critic")
-    check_disk(report, recipe, options.run_dir or Path("runs"), shapes["policy"].params,
-               critic.params if critic is not None else 0)
+    policy = shapes["policy"]  # what a checkpoint holds of it: LoRA saves the adapters alone
+    saved = lora_params(policy, recipe.model.lora) if recipe.model.lora is not None else policy.params
+    check_disk(report, recipe, options.run_dir or Path("runs"), saved, critic.params if critic is not None else 0)
     longest = max((len(p.token_ids) for p in prompt_set.train), default=None) if prompt_set else None
     device = options.device or local_device_memory()
     est = estimate_memory(recipe, shapes, device, ranks=options.world(), max_prompt_tokens=longest)

@@ -25,6 +25,9 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
   in the forward and backward, and the ``hf`` engine's bf16 generation copy (2N), on a CPU with its linear layers'
   weights packed for oneDNN once more (2N, :mod:`rlvr.rollout.cpu.packed_linear`).
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
+- with ``model.lora``: the policy's base weights frozen (4N, no gradient, no Adam state), gradients and Adam moments
+  for the adapters only (:func:`lora_params`), and no reference copy (the reference is the policy with its adapters
+  off).
 
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase; an error when it
 exceeds the device, a warning above 90%. Measured on a CPU (SmolLM2-135M, 4 x 128 tokens, bf16 autocast), the bytes
@@ -97,11 +100,23 @@ def critic_path(recipe: Recipe) -> list[str]:
 
 EXTRA_MODELS: tuple[tuple[str, Callable[[Recipe], list[str]], bool], ...] = (
     # (role, the models the recipe holds in it (none, one, or an ensemble's members), trained?)
-    ("reference", lambda r: [r.model.name] if r.algorithm.kl.beta > 0 or r.algorithm.name == "ppo" else [], False),
+    # a LoRA policy's reference is the policy itself with its adapters off: no second copy
+    ("reference", lambda r: [r.model.name] if (r.algorithm.kl.beta > 0 or r.algorithm.name == "ppo")
+     and r.model.lora is None else [], False),
     ("reward model", reward_model_paths, False),
     ("critic", critic_path, True),
 )
 """Models held beside the policy, read from the recipe as the trainer builds them (:mod:`rlvr.trainer.trainer`)."""
+
+
+def lora_params(shape: ModelShape, lora: Any) -> int:
+    """Parameters of rank-``lora.rank`` adapters (A: r x d_in, B: d_out x r) on the Llama/Qwen2-style linear layers
+    ``lora.target_modules`` names (``all-linear``: the seven of each block), over every layer."""
+    d, q, kv, i = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
+    dims = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d), "gate_proj": (d, i),
+            "up_proj": (d, i), "down_proj": (i, d)}
+    names = dims if lora.target_modules == "all-linear" else [n for n in lora.target_modules if n in dims]
+    return shape.layers * sum(lora.rank * sum(dims[n]) for n in names)
 
 
 def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
@@ -238,7 +253,15 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
                               4 * n / (ranks if z == 3 else 1), "resident",
                               knob if z == 3 else f"{knob}, or trainer.zero_stage: 3 (shards it)"))
             continue
-        parts.append(Part(f"{role} weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
+        if role == "policy" and r.model.lora is not None:  # frozen base weights; gradients and Adam for adapters only
+            adapters = lora_params(shape, r.model.lora)
+            parts.append(Part(f"{role} frozen base weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
+                              4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))
+            notes.append(f"(LoRA: {adapters / 1e6:.1f}M adapter parameters train; the base's {n / 1e9:.2f}B stay "
+                         f"frozen, and the reference is the policy with its adapters off)")
+            n = adapters
+        parts.append(Part(f"{role} {'adapter ' if role == 'policy' and r.model.lora is not None else ''}weights "
+                          f"(fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
                           4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))
         parts.append(Part(f"{role} gradients (fp32{', ZeRO-%d / %d ranks' % (z, ranks) if z >= 2 else ''})",
                           4 * n / (ranks if z >= 2 else 1), "resident", "trainer.zero_stage: 2 or 3"))
