@@ -41,10 +41,9 @@ class LoraConfig(_Section):
         "all-linear", description="Which linear layers get adapters: 'all-linear' (every linear layer but the output "
                                   "layer) or a list of module names (the last part of a name, e.g. q_proj, v_proj); "
                                   "an unknown name is an error that lists the model's linear layers.")
-    vllm_adapter: Literal["auto", "adapter", "merged"] = Field(
-        "auto", description="How rollout.engine=vllm gets the policy after each update: 'adapter' loads the adapter "
-                            "alone (enable_lora and a new LoRARequest per update), 'merged' reloads merged weights "
-                            "(base + B A alpha / rank); 'auto' is 'adapter' unless ZeRO-3 partitions the model.")
+    vllm_adapter: Literal["merged"] = Field(
+        "merged", description="How rollout.engine=vllm gets the policy after each update: 'merged' reloads the merged "
+                              "weights (base + B A alpha / rank) with reload_weights.")
 
     @model_validator(mode="after")
     def _validate_targets(self) -> "LoraConfig":

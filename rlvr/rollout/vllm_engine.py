@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlvr.models.lora import is_lora_model, merged_weights
 from rlvr.models.precision import announce_precision, choose_precision
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
@@ -265,8 +266,13 @@ class VLLMRolloutEngine:
             wd.stage("waking vLLM's weights up (sleep mode)")
             self._wake("weights")
             wd.stage("vLLM reload_weights (loading the first tensors)")
-            weights = iter_full_weights(model, dtype=self.dtype, chunk_bytes=self.gather_chunk_bytes,
+            weights = iter_full_weights(model, dtype=None if is_lora_model(model) else self.dtype,
+                                        chunk_bytes=self.gather_chunk_bytes,
                                         on_chunk=lambda what: wd.stage(f"{what}, inside vLLM reload_weights"))
+            if is_lora_model(model):  # LoRA: merged weights (base + (alpha / r) B A) under the base model's names
+                if self.syncs == 0 and self.rank == 0:
+                    print("[rlvr] LoRA policy -> vLLM: merged weights reloaded after each update", flush=True)
+                weights = merged_weights(model, weights, dtype=self.dtype)
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             wd.stage("re-processing tied output layers")
             self.llm.apply_model(refresh_tied_output_layers)
