@@ -20,6 +20,11 @@ class RecipeError(ValueError):
     """A recipe that cannot be run: unknown key, wrong type or value, unreadable file."""
 
 
+MAX_SAMPLES_PER_PROMPT = 1024
+"""Upper bound of ``rollout.group_size`` and ``eval.k``: more samples of one prompt than any estimate needs, and a
+typo's extra zeros would otherwise ask for terabytes after the model has loaded."""
+
+
 class _Section(BaseModel):
     # a field's docstring is its description: the one source of the recipe reference (rlvr.config.reference)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_attribute_docstrings=True)
@@ -136,7 +141,7 @@ class RolloutConfig(_Section):
     (``rlvr/rollout/choice.py``)."""
     prompts_per_step: int = Field(8, gt=0)
     """B: prompts per training step (the rollout batch is B x G samples)."""
-    group_size: int = Field(8, ge=1)
+    group_size: int = Field(8, ge=1, le=MAX_SAMPLES_PER_PROMPT)
     """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``algorithm.name: ppo``)."""
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -391,7 +396,7 @@ def _derive_algorithm_kind(data: Any) -> Any:
         data["name"] = name = ALGORITHM_OF_ADVANTAGE[adv_type]
     elif name is None and adv_type is None:
         data["name"] = name = "grpo"  # the schema's default estimator
-    if adv_type is None and isinstance(name, str):
+    if adv_type is None and isinstance(name, str) and (advantage is None or isinstance(advantage, dict)):
         implied = {v: k for k, v in ALGORITHM_OF_ADVANTAGE.items()}.get(name)
         if implied is not None:
             data["advantage"] = {**(advantage if isinstance(advantage, dict) else {}), "type": implied}
@@ -453,7 +458,7 @@ class TrainerConfig(_Section):
 
 class EvalConfig(_Section):
     enabled: bool = True
-    k: int = Field(4, ge=1)
+    k: int = Field(4, ge=1, le=MAX_SAMPLES_PER_PROMPT)
     """Samples per held-out prompt: pass@1 is averaged over them; pass@k and maj@k use all of them."""
     temperature: float = Field(1.0, ge=0)
     """0 = greedy (then k is forced to 1)."""
