@@ -52,7 +52,7 @@ class Sizes:
     pair_prompts: int = 240      # demo training prompts sampled for pairs (x demo's 8 samples)
     pair_group_size: int | None = None
     rm_overrides: list[str] = field(default_factory=list)
-    ppo_steps: int = 20          # --ppo-steps; the README's run used 6 (longer ones were OOM-killed when shared)
+    ppo_steps: int = 20          # --ppo-steps (the no-KL run's gold peaks near step 9)
     prompts_per_step: int = 6
     group_size: int = 4
     lr_kl: float = 1.0e-5        # the recipe's
