@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_ARGS = $(if $(TORCH_INDEX),$(shell python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)" "$(TORCH_INDEX)/" >/dev/null 2>&1 && echo --extra-index-url $(TORCH_INDEX)))
 
-.PHONY: install install-vllm demo rm-ppo-demo lint test test-all sandbox clean
+.PHONY: install install-vllm demo tool-demo rm-ppo-demo lint test test-all sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ sandbox:
 
 demo: install
 	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo --overwrite
+
+# Tool use on CPU: GRPO with the sandboxed python tool on multi-term arithmetic (recipes/tool_demo.yaml; ~30 min on 2
+# cores). The same task without the tool: add --set rollout.tools=[] --set data.shot_field=null (see the recipe).
+tool-demo: install sandbox
+	$(VENV)/bin/rlvr train recipes/tool_demo.yaml -o runs/tool_demo --overwrite
 
 # The learned-reward chain on the demo task: pairs -> reward model -> PPO (KL / no KL) -> gold/proxy vs sqrt(KL) plot
 # -> PPO vs GRPO step time (benchmarks/rm_ppo_chain.py; ~30 min on 2 idle cores; ARGS=--quick for a smoke run)

@@ -452,6 +452,10 @@ class TrainerConfig(_Section):
     """Checkpoint every N steps (0 = only at the end)."""
     keep_checkpoints: int = Field(2, ge=1)
     log_samples_every: int = Field(1, ge=0)
+    max_failed_steps: int = Field(3, ge=1)
+    """Stop the run when one verifier fails (raises, times out, returns a wrong type) on every sample of this many
+    steps in a row: its reward carries nothing then. The error names the verifier and its first failure; no checkpoint
+    is written for the failed steps, so the last one stays whole."""
     num_threads: int | None = Field(None, gt=0)
     """torch CPU threads (None = torch's default)."""
 

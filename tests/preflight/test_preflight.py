@@ -431,3 +431,16 @@ def test_a_verifier_that_scores_a_wrong_answer_as_the_gold_is_reported(tiny, tmp
     assert f"error   gold: test_accepts_anything: a wrong answer ({gold.WRONG_ANSWER}) scores 1 against the gold on " \
            f"every one of 16 sampled rows: the verifier accepts anything there" in out
     assert "math: a wrong answer" not in out and "ok      gold: math: the gold of all 16 sampled rows scores 1" in out
+
+
+def returns_text(completion: str, sample: dict) -> str:
+    return "1.0"
+
+
+def test_a_verifier_that_returns_a_string_is_an_error(tiny, tmp_path, capsys):
+    raw = tiny_recipe(*tiny, verifiers=[{"name": "tests.preflight.test_preflight:returns_text"}],
+                      reward={"solved_verifier": None})
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert code == 1, out
+    assert "error   gold: tests.preflight.test_preflight:returns_text: returned str, expected float, None or dict on " \
+           "32 of 32 sampled completions (e.g. row " in out
