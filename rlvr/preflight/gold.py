@@ -88,6 +88,8 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
                     "skipped (None)" if score is None else f"score {score:g}")
                 bad.append(f"row {row_number.get(id(p.row), p.index)}: gold {str(p.row[field])[:60]!r} -> "
                            f"{'None' if score is None else f'{score:g}'} ({str(why)[:120]})")
+        if _check_return_type(report, label, sample + sample, results + control_results, row_number):
+            continue
         if spec.name in BUILT_IN_ANSWER_CHECKS:
             _check_control(report, label, best, sample, control_results, row_number, field)
         if not bad:
@@ -100,6 +102,25 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
                                                   "verifier's kwargs and the template)" if every else ""))
         report.add(level, "gold", "\n".join([head, *bad[:3]] + ([f"... and {len(bad) - 3} more"] if len(bad) > 3
                                                                  else [])))
+
+
+WRONG_TYPE = "error: returned "
+"""The start of the failure of a verifier that returned a type it may not (see :func:`rlvr.verifiers.reward._judge`)."""
+
+
+def _check_return_type(report: Report, label: str, sample: list[Prompt], results: list[Any],
+                       row_number: dict[int, int]) -> bool:
+    """An ``error`` when the verifier returned a value of a type it may not (a string, a list, a dict without
+    ``score``) on any sampled completion: in training every such call fails. Returns whether it did."""
+    wrong = [(p, res.failures[label]) for p, res in zip(sample, results, strict=True)
+             if res.failures.get(label, "").startswith(WRONG_TYPE)]
+    if not wrong:
+        return False
+    p, why = wrong[0]
+    report.add("error", "gold", f"{label}: {why[len('error: '):]} on {len(wrong)} of {len(results)} sampled "
+                                f"completions (e.g. row {row_number.get(id(p.row), p.index)}): a verifier returns a "
+                                f"float, None (cannot score) or a dict with a 'score'")
+    return True
 
 
 def _check_control(report: Report, label: str, best: float, sample: list[Prompt], results: list[Any],

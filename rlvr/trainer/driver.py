@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.cpu_time import process_tree_cpu_seconds
 from rlvr.trainer.distributed import all_reduce_max
-from rlvr.trainer.progress import TrainProgress, phase
+from rlvr.trainer.progress import FailureStreaks, TrainProgress, VerifierFailedError, phase
 
 if TYPE_CHECKING:
     from rlvr.trainer.trainer import RLTrainer
@@ -76,20 +76,15 @@ class RunDriver:
                   f"{r.rollout.group_size} samples; the first step line comes after step {t.step_done + 1}'s "
                   f"rollout, verify and update", file=sys.stderr, flush=True)
         loop_start_cpu_s, spent_before_s = process_tree_cpu_seconds(), t.cpu_seconds
-        with progress:
-            while not self._finished():
-                metrics = t.step()
-                self._count_cpu_seconds(loop_start_cpu_s, spent_before_s)
-                metrics["cpu/seconds_total"] = t.cpu_seconds
-                step, last = t.step_done, self._finished()
-                if evals and r.eval.every and step % r.eval.every == 0 and not last:
-                    res = t.evaluate()
-                    if res:
-                        metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
-                t.logger.log(step, metrics)
-                progress.update(step, metrics, t.failure_reasons)
-                if r.trainer.save_every and step % r.trainer.save_every == 0 and not last:
-                    t.save()
+        streaks = FailureStreaks(r.trainer.max_failed_steps)
+        try:
+            with progress:
+                self._loop(progress, streaks, evals, loop_start_cpu_s, spent_before_s)
+        except VerifierFailedError:
+            t.logger.close()
+            t.rewards.close()
+            t._release()
+            raise
         if t.step_done < r.trainer.steps and t.dist.is_main:
             if self._budget_spent(t.tokens_generated):
                 print(f"token budget spent ({t.tokens_generated:,} of trainer.max_tokens_generated="
@@ -111,6 +106,27 @@ class RunDriver:
         t.rewards.close()
         t._release()
         return summary
+
+    def _loop(self, progress: TrainProgress, streaks: FailureStreaks, evals: bool, loop_start_cpu_s: float,
+              spent_before_s: float) -> None:
+        """The steps, each with its metrics line, periodic eval and checkpoint; raises VerifierFailedError (before
+        that step's checkpoint) when a verifier has failed on every sample for ``trainer.max_failed_steps`` steps."""
+        t = self.trainer
+        r = t.recipe
+        while not self._finished():
+            metrics = t.step()
+            self._count_cpu_seconds(loop_start_cpu_s, spent_before_s)
+            metrics["cpu/seconds_total"] = t.cpu_seconds
+            step, last = t.step_done, self._finished()
+            if evals and r.eval.every and step % r.eval.every == 0 and not last:
+                res = t.evaluate()
+                if res:
+                    metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
+            t.logger.log(step, metrics)
+            progress.update(step, metrics, t.failure_reasons)
+            streaks.update(step, metrics, t.failure_reasons)
+            if r.trainer.save_every and step % r.trainer.save_every == 0 and not last:
+                t.save()
 
     def _summary(self, eval_after: dict | None, seconds: float, final: Path) -> dict[str, Any]:
         t = self.trainer

@@ -83,6 +83,43 @@ def failure_warnings(step: int, metrics: dict[str, Any], reasons: dict[str, str 
     return out
 
 
+class VerifierFailedError(ValueError):
+    """A verifier failed on every sample of ``trainer.max_failed_steps`` steps in a row (one line: the verifier, its
+    first failure and what to do)."""
+
+
+class FailureStreaks:
+    """Counts, per verifier label, the steps in a row on which it failed on every sample, with the first failure of
+    the streak. The counts come from metrics summed over ranks, so every rank stops at the same step."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self._streaks: dict[str, tuple[int, str | None, int]] = {}  # label -> (steps, first reason, first step)
+
+    def update(self, step: int, metrics: dict[str, Any], reasons: dict[str, str | None] | None = None) -> None:
+        """Record step ``step``'s metrics.
+
+        Raises:
+            VerifierFailedError: a verifier failed on every sample of ``max_steps`` steps in a row.
+        """
+        n = metrics.get("reward/samples", 0.0)
+        for key, value in metrics.items():
+            if not key.startswith(FAILURES):
+                continue
+            label = key[len(FAILURES):]
+            if not (n and value >= n):
+                self._streaks.pop(label, None)
+                continue
+            count, why, first = self._streaks.get(label, (0, (reasons or {}).get(label), step))
+            self._streaks[label] = (count + 1, why, first)
+            if count + 1 >= self.max_steps:
+                raise VerifierFailedError(
+                    f"verifier {label!r} failed on every sample of steps {first}-{step} "
+                    f"(trainer.max_failed_steps={self.max_steps}); first failure: "
+                    f"{(why or 'see samples/step-' + str(first) + '.jsonl')[:300]}; the run stopped without saving "
+                    f"these steps (fix the verifier, then --resume from the last checkpoint)")
+
+
 class TrainProgress:
     """Context manager; ``update(step, metrics)`` after each step. Disabled on ranks other than 0."""
 

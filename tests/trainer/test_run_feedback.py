@@ -90,3 +90,33 @@ def test_a_quick_quiet_phase_prints_nothing_and_a_slow_one_says_so(capsys):
     with phase("loud"):
         pass
     assert capsys.readouterr().err.startswith("loud ...\nloud: done in")
+
+
+def test_a_verifier_failing_on_every_sample_stops_the_run_after_max_failed_steps(tiny, tmp_path, capsys):
+    from rlvr.runs.checkpoint import list_checkpoints
+
+    raw = tiny_recipe(*tiny, trainer={"steps": 5, "save_every": 1, "max_failed_steps": 2},
+                      verifiers=[{"name": BROKEN}], reward={"solved_verifier": None})
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    assert main(["train", str(recipe), "-o", str(run)]) == 2
+    err = capsys.readouterr().err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert line == (f"error: verifier '{BROKEN}' failed on every sample of steps 1-2 (trainer.max_failed_steps=2); "
+                    f"first failure: error: RuntimeError: reads a column the data does not have; the run stopped "
+                    f"without saving these steps (fix the verifier, then --resume from the last checkpoint)")
+    assert [n for n, _ in list_checkpoints(run)] == [1]  # saved after step 1; step 2 (the last failed one) is not
+    assert [m["step"] for m in read_metrics(run) if "reward/mean" in m] == [1, 2]
+
+
+def test_failure_streaks_reset_on_a_step_where_the_verifier_scored_a_sample():
+    from rlvr.trainer.progress import FailureStreaks, VerifierFailedError
+
+    streaks = FailureStreaks(2)
+    failed = {"reward/samples": 4.0, "reward/verifier_failures/v": 4.0}
+    streaks.update(1, failed, {"v": "timeout"})
+    streaks.update(2, {**failed, "reward/verifier_failures/v": 3.0})
+    streaks.update(3, failed, {"v": "error: x"})
+    with pytest.raises(VerifierFailedError, match="steps 3-4 .* first failure: error: x;"):
+        streaks.update(4, failed, {"v": "timeout"})
