@@ -13,6 +13,7 @@ The file is also the script the resume test runs: ``python -m tests.trainer.test
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -152,7 +153,8 @@ def test_a_tool_run_killed_with_sigkill_and_resumed_matches_the_unbroken_run(cha
     for step, (ma, mb) in enumerate(zip(a, b, strict=True), start=1):
         assert ma.keys() == mb.keys(), step
         for key in ma:
-            assert ma[key] == mb[key] or abs(ma[key] - mb[key]) <= 1e-6, (step, key, ma[key], mb[key])
+            same_nan = isinstance(ma[key], float) and math.isnan(ma[key]) and math.isnan(mb[key])
+            assert same_nan or ma[key] == mb[key] or abs(ma[key] - mb[key]) <= 1e-6, (step, key, ma[key], mb[key])
 
 
 if __name__ == "__main__":
