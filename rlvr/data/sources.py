@@ -6,6 +6,7 @@ Errors: :class:`DataError`, naming the file/dataset and what was expected, raise
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,25 @@ class DataError(ValueError):
     """The recipe's dataset cannot be read or lacks what the verifiers need."""
 
 
+_ORIGIN: dict[int, str] = {}
+"""``id(row)`` -> where the row came from (``path:line`` for a JSONL file), filled in by :func:`load_rows`."""
+
+
+def row_origin(row: dict[str, Any], index: int | None = None) -> str:
+    """Where ``row`` is in its dataset, as a user finds it: ``FILE:LINE`` for a JSONL file, else ``row N`` (1-based;
+    ``index`` is its 0-based position when the origin was not recorded)."""
+    return _ORIGIN.get(id(row)) or f"row {(index or 0) + 1}"
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    with path.open() as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}:{lineno}: not UTF-8 ({exc.reason} at byte {exc.start + 1} of the line)") \
+                    from None
             if not line.strip():
                 continue
             try:
@@ -29,6 +45,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object per line, got {type(row).__name__}")
             rows.append(row)
+            _ORIGIN[id(row)] = f"{path}:{lineno}"
     return rows
 
 
@@ -98,8 +115,34 @@ def load_rows(cfg: DataConfig) -> list[dict[str, Any]]:
     if cfg.few_shot and cfg.shot_field is not None:
         fields.append((cfg.shot_field, "data.shot_field"))
     for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"{row_origin(row, i)}: expected a mapping of fields, got {type(row).__name__}")
         for field_name, role in fields:
             if field_name is not None and (field_name not in row or row[field_name] is None):
-                raise DataError(f"row {i} has no {field_name!r} field ({role}); its fields are {sorted(row)}. "
-                                f"Set {role} to the right column, or fix the data.")
+                raise DataError(f"{row_origin(row, i)} has no {field_name!r} field ({role}); its fields are "
+                                f"{sorted(row)}. Set {role} to the right column, or fix the data.")
+        _check_types(row, i, cfg)
     return rows
+
+
+def _check_types(row: dict[str, Any], i: int, cfg: DataConfig) -> None:
+    """The prompt is text; the gold answer is text or a finite number (a list, a mapping, a boolean or NaN would be
+    stringified or score a silent 0). Raises DataError naming the row."""
+    prompt = row[cfg.prompt_field]
+    if not isinstance(prompt, str):
+        raise DataError(f"{row_origin(row, i)}: {cfg.prompt_field!r} (data.prompt_field) is a {type(prompt).__name__} "
+                        f"({_shown(prompt)}), not text")
+    if cfg.answer_field is None:
+        return
+    answer = row[cfg.answer_field]
+    ok = isinstance(answer, str) or (isinstance(answer, (int, float)) and not isinstance(answer, bool)
+                                     and math.isfinite(answer))
+    if not ok:
+        what = "not a finite number" if isinstance(answer, float) else f"a {type(answer).__name__}"
+        raise DataError(f"{row_origin(row, i)}: {cfg.answer_field!r} (data.answer_field) is {what} "
+                        f"({_shown(answer)}); a gold answer is text or a number")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

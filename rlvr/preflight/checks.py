@@ -11,6 +11,7 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet
+from rlvr.data.sources import row_origin
 from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.disk import check_disk
@@ -64,7 +65,7 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
             _guarded(report, "lora", check_lora_targets, report, recipe, model_path)
         check_batch(report, recipe, options.world())
         check_reward_model_folders(report, recipe)
-        _check_memory(report, recipe, options, model_path, prompt_set)
+        _check_memory(report, recipe, options, model_path, prompt_set, rows)
     return report
 
 
@@ -113,7 +114,7 @@ def _guarded(report: Report, name: str, fn: Any, *args: Any) -> None:
 
 
 def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_path: str | None,
-                  prompt_set: PromptSet | None) -> None:
+                  prompt_set: PromptSet | None, rows: list[dict] | None = None) -> None:
     try:
         shapes = {"policy": model_shape(model_path or recipe.model.name,
                                         trust_remote_code=recipe.model.trust_remote_code)}
@@ -126,6 +127,8 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
     policy = shapes["policy"]  # what a checkpoint holds of it: LoRA saves the adapters alone
     saved = lora_params(policy, recipe.model.lora) if recipe.model.lora is not None else policy.params
     check_disk(report, recipe, options.run_dir or Path("runs"), saved, critic.params if critic is not None else 0)
+    if prompt_set is not None and _check_context(report, recipe, shapes["policy"].max_positions, prompt_set, rows):
+        return  # a prompt past the context: that, not the memory it would take, is the problem
     longest = max((len(p.token_ids) for p in prompt_set.train), default=None) if prompt_set else None
     device = options.device or local_device_memory()
     est = estimate_memory(recipe, shapes, device, ranks=options.world(), max_prompt_tokens=longest)
@@ -135,6 +138,25 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
     head = f"per rank, {options.world()} rank(s), ZeRO-{recipe.trainer.zero_stage}; policy {count} parameters " \
            f"({policy.source})"
     report.add(level, "memory", f"{message}\n{head}" if level == "error" else f"{head}\n{message}")
+
+
+def _check_context(report: Report, recipe: Recipe, context: int | None, prompt_set: PromptSet,
+                   rows: list[dict] | None) -> bool:
+    """An ``error`` naming the longest prompt (by file line, or row number) whose tokens plus
+    ``rollout.max_new_tokens`` exceed the model's context; returns whether there was one."""
+    if not context:
+        return False
+    room = context - recipe.rollout.max_new_tokens
+    over = [p for p in prompt_set.train + prompt_set.eval if len(p.token_ids) > room]
+    if not over:
+        return False
+    worst = max(over, key=lambda p: len(p.token_ids))
+    index = {id(r): i for i, r in enumerate(rows or [])}.get(id(worst.row))
+    more = f" ({len(over) - 1} more prompt(s) too)" if len(over) > 1 else ""
+    report.add("error", "context", f"{row_origin(worst.row, index)} is longer than the model's context ({context:,} "
+               f"tokens): its prompt is {len(worst.token_ids):,} tokens, and rollout.max_new_tokens="
+               f"{recipe.rollout.max_new_tokens:,} must fit after it{more}; shorten or drop it")
+    return True
 
 
 def print_run_findings(report: Report, command: str) -> None:
