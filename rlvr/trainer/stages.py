@@ -1,6 +1,6 @@
 """The stages of one training step, in order, and their wall-clock timer (``time/<stage>_s`` metrics).
 
-The names are shared by the trainer's ``step()``, the timers, the metric prefixes and the README's table.
+The names are shared by the trainer's ``step()``, the timers and the metric prefixes.
 ``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it;
 ``tools`` (``rollout.tools`` only) the tool calls' wall-clock time, inside ``rollout`` and not counted in it.
 """
