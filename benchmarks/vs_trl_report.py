@@ -39,7 +39,7 @@ def _floor_rows(summ: dict) -> list[str]:
     return rows
 
 
-FINDINGS = """## Profile and fixes
+FINDINGS = r"""## Profile and fixes
 
 py-spy (`py-spy record --native`) on rlvr's worker, SmolLM2-135M, 2 steps at 1 thread, before the fixes: rollout 55%
 of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the rest start-up.
@@ -233,14 +233,49 @@ tokens/s vs the `hf` engine 22.3 (`benchmarks/results/rollout.md`).
 
 ### Dynamic sampling at a fixed token budget
 
-`python benchmarks/bench_dynamic_sampling.py` (per seed in `benchmarks/results/dynamic_sampling.md`, with its CPU):
-the CPU demo stopped at 15,400 generated tokens, four seeds per arm, held-out pass@1 on 128 prompts x 4.
+Recorded in cf0a908, 2026-12-01, on 2 x86_64 cores (the report names no CPU model), 1 torch thread per run, 2 runs
+at a time.
 
-| run (mean of 4 seeds) | pass@1 after (± s.e.) | tokens | steps | zero-variance groups trained on | wall |
+`benchmarks/bench_dynamic_sampling.py` runs `recipes/demo.yaml` (GRPO, 8 prompts x 8 samples, larger_2d) for four
+seeds per arm, every run stopped by `trainer.max_tokens_generated=15400` (what the plain demo's 30 steps generate);
+a seed fixes the held-out split (128 prompts x 4 samples), so the arms of a seed are paired. Full table, per seed:
+`benchmarks/results/dynamic_sampling.md`.
+
+| arm (4 seeds) | held-out pass@1 after (± s.e. over seeds) | tokens generated | optimizer steps | zero-variance groups trained on | wall time |
 | --- | --- | ---: | ---: | ---: | ---: |
 | plain GRPO | 0.893 ± 0.023 | 15,430 | 30 | 53% | 692 s |
-| dynamic sampling, `max_rounds: 1` | 0.903 ± 0.031 | 15,425 | 30 | 0% | 541 s |
-| dynamic sampling, `max_rounds: 3` | 0.793 ± 0.096 | 15,650 | 19 | 0% | 549 s |
+| dynamic sampling, `max_rounds: 1` (drop, no refill) | **0.903 ± 0.031** | 15,425 | 30 | **0%** | **541 s** |
+| dynamic sampling, `max_rounds: 3` (DAPO refills) | 0.793 ± 0.096 | 15,650 | 19 | **0%** | 549 s |
+| the same, `scale_unfilled: false` | 0.776 ± 0.096 | 15,746 | 19 | 0% | 557 s |
+| dynamic sampling, `max_rounds: 3`, the plain run's 30 steps (no budget) | 0.881 ± 0.061 | 29,082 | 30 | 0% | 811 s |
+
+The arms of a seed start from the same pass@1 (0.34-0.52 across seeds). Every dynamic-sampling run trained on no
+zero-advantage group. Two results:
+
+- **Dropping without refilling (`max_rounds: 1`) is free and faster**: held-out pass@1 0.903 against 0.893, paired
+  difference +0.010 ± 0.017 (per seed +0.059, -0.020, +0.004, -0.004): level, at least as high, with the same steps
+  and tokens and 22% less wall time, because the update skips the dead groups.
+- **Refilling (`max_rounds: 3`, DAPO's recipe) is lower on every seed**: -0.008, -0.324, -0.045, -0.021 (mean
+  -0.100 ± 0.075; the eval's own sampling error of that mean is ± 0.018).
+
+Why refills lose: dropping 37-73% of the groups it generated, the budget buys 19 optimizer steps instead of 30. On
+three seeds of four the refilling runs trained on more informative groups than plain GRPO (148, 144, 156 vs 131, 108,
+123; seed 1: 66 vs 86), but with Adam each step moves the policy about `lr` whatever the number of informative groups
+behind it, and this task rewards the number of steps. The worst seed (1) shows the failure mode: the policy's entropy
+fell below 0.1 nats/token within 4 steps, 70-96% of groups became all-right or all-wrong, and the refilling run spent
+its budget on 14 steps, the last ten with 1-6 kept groups, and stayed at "pick the first number" (0.506); plain GRPO
+went through the same collapse and recovered in its last ten steps (0.830).
+
+Given the plain run's 30 optimizer steps instead of its token budget (1.9x the tokens), refilling reaches
+0.881 ± 0.061, level with plain GRPO (per seed +0.064, -0.131, -0.004, +0.021): on this task a step on a full batch of
+informative groups is no better than a plain step with half its groups dead, and seed 1 stays behind.
+
+So on the CPU demo, turn dynamic sampling on with `max_rounds: 1`: the refills are not worth their tokens. DAPO
+reports its gain from refills on long chain-of-thought math with 512 prompts x 16 samples per step, a regime not
+measured here (it needs GPUs). Watch `rollout/zero_var_groups_before_filter`: above ~0.7 each kept group costs three
+or more generated ones; a run that lives there (seed 1 above) has lost its entropy, which refills do not give back
+(`clip_high`, the temperature or easier prompts via `curriculum.sampler: pools` / `rlvr filter` address that; not
+measured here). Wall times: 2 runs at a time on 2 cores, one thread each.
 
 ### Sandbox (`python benchmarks/bench_sandbox.py`; per design in `benchmarks/results/sandbox.md`)
 
