@@ -228,8 +228,15 @@ fp32 on such CPUs.
 
 ### Rollout engines (2b37a28, 2026-12-01)
 
-2 shared cores (the Xeon above), SmolLM2-135M, 8 prompts x 8 samples, 128 new tokens: vLLM's CPU backend 206.7
-tokens/s vs the `hf` engine 22.3 (`benchmarks/results/rollout.md`).
+2 shared cores (the Xeon above, load ~5), SmolLM2-135M, 8 prompts x 8 samples, up to 128 new tokens, temperature 1,
+bf16, 1 thread per engine: vLLM's CPU backend 206.7 tokens/s vs the `hf` engine 22.3 (9.3x; the `hf` engine
+before its packed-linear and fused decode paths); vLLM start-up 10.6 s, one weight sync 0.76 s. Log-prob gap to the
+trainer's bf16 forward: mean 0.040 / max 0.56 nats (vLLM), 0.030 / 0.20 (`hf`), under the 0.1 mean the step-1 check
+flags (`benchmarks/results/rollout.md`).
+
+The CPU demo on `auto` with vLLM installed (544b6e8, 2026-12-01, load ~10): vLLM chosen, step-1 log-prob check mean
+0.008 / max 0.26 nats; its update stage took 222 and 258 s at steps 1-2 while an `hf` demo run beside it took 69-87
+s (not a controlled comparison), which is why `recipes/demo.yaml` pins `hf`.
 
 ### Dynamic sampling at a fixed token budget
 
