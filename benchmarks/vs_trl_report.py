@@ -226,7 +226,7 @@ SmolLM2-135M forward + backward on 16 x 64 tokens with torch's kernels capped to
 1.4 GFLOP/s (354 uncapped, AMX): emulated bf16 is ~250x slower there, which is why `trainer.precision: auto` picks
 fp32 on such CPUs.
 
-### Rollout engines (2b37a28, 2026-12-01)
+### Rollout engines (1affa71, 2026-12-01)
 
 2 shared cores (the Xeon above, load ~5), SmolLM2-135M, 8 prompts x 8 samples, up to 128 new tokens, temperature 1,
 bf16, 1 thread per engine: vLLM's CPU backend 206.7 tokens/s vs the `hf` engine 22.3 (9.3x; the `hf` engine
