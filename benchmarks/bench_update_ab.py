@@ -6,7 +6,7 @@ alternated in one process on the embedded SmolLM2-135M (fp32 master weights, bf1
 One micro-batch of 2 prompts x 8 samples (random ids: cost does not depend on them), prompt P tokens (one prompt
 left-padded by 5), responses of T - 45 .. T tokens (right-padded to T), through
 :func:`rlvr.models.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants: ``old`` (the log-prob
-module in ``--old-logprobs``, e.g. ``git show ee79a5a:rlvr/models/logprobs.py > /tmp/old.py``, with transformers' SDPA),
+module in ``--old-logprobs``, e.g. ``git show REV:rlvr/models/logprobs.py > /tmp/old.py``, with transformers' SDPA),
 ``fused`` (this tree's log-probs, SDPA), ``fused_gqa`` (this tree's log-probs and
 :func:`rlvr.models.attention.grouped_query_attention`). Prints per variant the median seconds and the 1-minute load average.
 """
