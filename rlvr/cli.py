@@ -152,6 +152,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description="Reinforcement learning from verifiable rewards.")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show the libraries' own output (transformers' and DeepSpeed's logs, progress bars)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a policy with a recipe")
@@ -200,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
+    from rlvr.library_output import configure
+
+    configure(verbose=args.verbose)
     try:
         return int(args.func(args) or 0)
     except _user_errors() as exc:

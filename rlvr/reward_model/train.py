@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,8 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
         yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120))
     model = RewardModel.from_backbone(model_path, revision=recipe.model.revision,
                                       trust_remote_code=recipe.model.trust_remote_code, seed=recipe.seed)
+    print(f"reward model: {recipe.model.name} without its LM head, plus a new scalar head (score), initialised at "
+          f"random", file=sys.stderr, flush=True)
     if recipe.model.gradient_checkpointing:
         model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
