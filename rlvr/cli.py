@@ -125,6 +125,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         ckpt_dir = target if target.name.startswith("step-") else latest_checkpoint(target)
         if ckpt_dir is None:
             raise FileNotFoundError(f"{target} has no finished checkpoint")
+        if not (ckpt_dir / "model").is_dir():  # saved without the HF folder: write it from the DeepSpeed state
+            _export_checkpoint(ckpt_dir, recipe_path, args.set)
         target = ckpt_dir / "model"
     overrides.append(f"model.name={target}" if target.exists() else f"model.name={args.target}")
     recipe = _load(recipe_path, overrides)
@@ -133,6 +135,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     result = evaluate_recipe(recipe, k=args.k)
     print(json.dumps(result, indent=2))
     return 0
+
+
+def _export_checkpoint(ckpt_dir: Path, recipe_path: str, overrides: list[str]) -> None:
+    """Write ``ckpt_dir/model`` from its DeepSpeed state, into the run's model as the recipe loads it."""
+    from rlvr.models.loading import load_causal_lm, resolve_model_path
+    from rlvr.runs.checkpoint import export_checkpoint_model
+
+    recipe = _load(recipe_path, overrides)
+    path = resolve_model_path(recipe.model.name)
+    print(f"{ckpt_dir} holds no model/ folder (trainer.export_every_checkpoint is off): writing it from its "
+          f"DeepSpeed state", file=sys.stderr, flush=True)
+    export_checkpoint_model(ckpt_dir, load_causal_lm(path, recipe.model), path)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:

@@ -451,6 +451,12 @@ class TrainerConfig(_Section):
     save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0 = only at the end)."""
     keep_checkpoints: int = Field(2, ge=1)
+    """Finished checkpoints kept: the newest N, plus the one with the best held-out pass@1 where evals run at
+    checkpoint steps (``eval.every``); older ones are deleted once a new one is complete."""
+    export_every_checkpoint: bool = False
+    """Write the HF model folder (``model/``, loadable with ``from_pretrained``) in every checkpoint; by default only
+    the run's last checkpoint holds one (the others hold the DeepSpeed state a resume needs, and ``rlvr eval`` writes
+    the folder from it when asked for such a checkpoint)."""
     log_samples_every: int = Field(1, ge=0)
     max_failed_steps: int = Field(3, ge=1)
     """Stop the run when one verifier fails (raises, times out, returns a wrong type) on every sample of this many
@@ -458,6 +464,22 @@ class TrainerConfig(_Section):
     is written for the failed steps, so the last one stays whole."""
     num_threads: int | None = Field(None, gt=0)
     """torch CPU threads (None = torch's default)."""
+
+
+class WandbConfig(_Section):
+    project: str = "rlvr"
+    """The W&B project the run is logged to."""
+    entity: str | None = None
+    """The W&B team or user (``None`` = the account's default)."""
+    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    """``auto``: online where the W&B server answers (``WANDB_MODE`` wins where set), else offline (the run is written
+    under ``RUN_DIR/wandb`` and can be uploaded later with ``wandb sync``)."""
+
+
+class LoggingConfig(_Section):
+    wandb: WandbConfig | None = None
+    """Log the same scalars as TensorBoard, and the sample tables, to Weights & Biases (``pip install rlvr[wandb]``);
+    ``None`` = TensorBoard and ``metrics.jsonl`` only."""
 
 
 class EvalConfig(_Section):
@@ -706,6 +728,8 @@ class Recipe(_Section):
     optim: OptimConfig = Field(default_factory=OptimConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Where metrics go besides ``metrics.jsonl`` and TensorBoard."""
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     """Difficulty sampling and staged limits (see rlvr/curriculum/); the default is plain seeded epochs."""
     reward_model: RewardModelConfig | None = None

@@ -2,7 +2,9 @@
 crash (even ``kill -9``) mid-save leaves the previous checkpoint whole and no half folder that looks finished.
 
 A checkpoint holds: ``model/`` (HF format, loadable with ``from_pretrained``, with the tokenizer; under ZeRO-3 saved
-from gathered parameters), ``deepspeed/``
+from gathered parameters; written in the run's last checkpoint, and in every one with
+``trainer.export_every_checkpoint``: :func:`export_checkpoint_model` writes it later from the DeepSpeed state),
+``deepspeed/``
 (every rank's parameters, optimizer and LR-scheduler state, via ``engine.save_checkpoint``), ``rng-rank{r}.pt`` (Python,
 NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curriculum and KL-controller state).
 
@@ -150,8 +152,13 @@ def gathered_state_dict(engine: Any) -> dict[str, torch.Tensor] | None:
 
 def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Module, tokenizer: Any,
                     trainer_state: dict[str, Any], keep: int, rank: int,
-                    extra_engines: dict[str, Any] | None = None, adapters_only: bool = False) -> Path:
-    """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints.
+                    extra_engines: dict[str, Any] | None = None, adapters_only: bool = False,
+                    export: bool = True) -> Path:
+    """Save step ``step`` atomically (every rank calls this). Keeps the newest ``keep`` checkpoints, and the one with
+    the best held-out pass@1 (``trainer_state["eval"]``, see :func:`best_by_eval`).
+
+    ``export``: write ``model/`` (the HF folder); without it the checkpoint holds the DeepSpeed state alone (a LoRA
+    run's ``model/`` is its small adapter folder, always written).
 
     ``adapters_only``: ``hf_model`` is a ``peft`` model; only its trainable parameters (the adapters) and their
     optimizer state are written, not the frozen base weights.
@@ -177,14 +184,18 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         engine.save_checkpoint(str(tmp / "deepspeed"), tag="state", save_latest=False,
                                exclude_frozen_parameters=adapters_only)
         if adapters_only:
-            _keep_trainable_only(tmp / "deepspeed", hf_model)
+            _barrier()  # every rank's state files written before rank 0 rewrites them (it reads them all)
+            if rank == 0:
+                _keep_trainable_only(tmp / "deepspeed", hf_model)
         for name, extra in (extra_engines or {}).items():
             extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
         torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
-        full_state = gathered_state_dict(engine)  # every rank takes part in the ZeRO-3 gathers
+        export = export or adapters_only
+        full_state = gathered_state_dict(engine) if export else None  # every rank takes part in the ZeRO-3 gathers
         if rank == 0:
-            hf_model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full_state)
-            tokenizer.save_pretrained(tmp / "model")
+            if export:
+                hf_model.save_pretrained(tmp / "model", safe_serialization=True, state_dict=full_state)
+                tokenizer.save_pretrained(tmp / "model")
             (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1, default=str))
     except (OSError, RuntimeError) as exc:
         if not _disk_full(exc):
@@ -197,10 +208,55 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         if final.exists():  # re-saving the same step (e.g. resumed at the end): replace it whole
             shutil.rmtree(final)
         tmp.rename(final)
+        best = best_by_eval(run_dir)
         for _, old in list_checkpoints(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old != best:
+                shutil.rmtree(old, ignore_errors=True)
     _barrier()
     return final
+
+
+def best_by_eval(run_dir: Path) -> Path | None:
+    """The finished checkpoint whose step was evaluated with the highest held-out pass@1 (``trainer_state.json``'s
+    ``eval.pass_at_1``; the newest of equals); ``None`` when no checkpoint holds an eval."""
+    best: tuple[float, int, Path] | None = None
+    for step, path in list_checkpoints(run_dir):
+        try:
+            score = json.loads((path / "trainer_state.json").read_text()).get("eval", {}).get("pass_at_1")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(score, (int, float)) and (best is None or (score, step) >= best[:2]):
+            best = (float(score), step, path)
+    return best[2] if best else None
+
+
+def export_checkpoint_model(checkpoint: Path, base_model: Any, tokenizer_source: str) -> Path:
+    """Write ``checkpoint/model/`` (HF format, with the tokenizer) from the checkpoint's DeepSpeed state, for a
+    checkpoint saved without it: the parameters are loaded into ``base_model`` (the run's model as it was loaded,
+    whose architecture they fit) and saved; written to a temporary folder and renamed. Returns the folder.
+
+    Raises:
+        FileNotFoundError: the checkpoint has no DeepSpeed state.
+    """
+    from transformers import AutoTokenizer
+
+    checkpoint = Path(checkpoint)
+    state_dir = checkpoint / "deepspeed" / "state"
+    files = sorted(state_dir.glob("*model_states.pt"))
+    if not files:
+        raise FileNotFoundError(f"{checkpoint} holds neither model/ nor a DeepSpeed state to write it from")
+    module = torch.load(files[0], map_location="cpu", weights_only=False)["module"]
+    if any(t.numel() == 0 for t in module.values()):  # ZeRO-3 stubs: gather the fp32 partitions instead
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        module = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint / "deepspeed"), tag="state")
+    base_model.load_state_dict(module)
+    tmp = checkpoint / ".tmp-model"
+    shutil.rmtree(tmp, ignore_errors=True)
+    base_model.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(tmp)
+    tmp.rename(checkpoint / "model")
+    return checkpoint / "model"
 
 
 def _keep_trainable_only(ds_dir: Path, model: torch.nn.Module) -> None:

@@ -1,4 +1,5 @@
-"""Per-step metrics: one JSON line per step in ``metrics.jsonl`` and the same scalars in TensorBoard.
+"""Per-step metrics: one JSON line per step in ``metrics.jsonl`` and the same scalars in TensorBoard, and in Weights &
+Biases with ``logging.wandb`` (with the sample tables).
 
 Metric names are grouped by stage prefix (``rollout/``, ``reward/``, ``train/``, ``time/``, ``eval/``), the stage names
 of the training step, so one grep finds a stage's code, timer and curves.
@@ -27,14 +28,17 @@ class MetricsLogger:
     restarts TensorBoard with ``purge_step``: TensorBoard then discards the old events of those steps.
     """
 
-    def __init__(self, run_dir: Path, enabled: bool = True) -> None:
+    def __init__(self, run_dir: Path, enabled: bool = True, wandb: Any = None, config: dict | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self._tb = None
+        self._wandb = None
         if enabled:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            if wandb is not None:
+                self._wandb = start_wandb(run_dir, wandb, config)
 
     def truncate_after(self, step: int) -> None:
         """Keep only lines (and TensorBoard events) with ``step <= step``: steps lost in a crash, or after an older
@@ -63,6 +67,20 @@ class MetricsLogger:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 self._tb.add_scalar(key, value, step)
         self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in metrics.items() if isinstance(v, (int, float))
+                             and not isinstance(v, bool) and math.isfinite(v)}, step=step)
+
+    def table(self, tag: str, rows: list[dict[str, Any]], step: int) -> None:
+        """A table of rows (the step's samples) in W&B; nothing without it."""
+        if self._wandb is None or not rows:
+            return
+        import wandb
+
+        columns = list(rows[0])
+        data = [[r.get(c) if isinstance(r.get(c), (int, float, str, type(None))) else json.dumps(r.get(c), default=str)
+                 for c in columns] for r in rows]
+        self._wandb.log({tag: wandb.Table(columns=columns, data=data)}, step=step)
 
     def histogram(self, tag: str, values: list[float], step: int) -> None:
         if self.enabled and values:
@@ -73,6 +91,39 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def wandb_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether the W&B server answers (a TCP connection to its API host within ``timeout_s``)."""
+    import socket
+
+    try:
+        socket.create_connection(("api.wandb.ai", 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_wandb(run_dir: Path, cfg: Any, config: dict | None = None) -> Any:
+    """A W&B run for ``run_dir`` (``cfg``: :class:`rlvr.config.schema.WandbConfig`), resumed by the id saved in
+    ``run_dir/wandb-run-id`` on a resume. ``mode: auto`` is ``WANDB_MODE`` where set, else online where the server
+    answers, else offline."""
+    import os
+    import uuid
+
+    import wandb
+
+    mode = cfg.mode
+    if mode == "auto":
+        mode = os.environ.get("WANDB_MODE") or ("online" if wandb_reachable() else "offline")
+    id_file = Path(run_dir) / "wandb-run-id"
+    run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:8]
+    id_file.write_text(run_id + "\n")
+    return wandb.init(project=cfg.project, entity=cfg.entity, mode=mode, dir=str(run_dir), id=run_id,
+                      name=Path(run_dir).name, resume="allow", config=config)
 
 
 def parse_metrics(path: Path) -> tuple[list[dict[str, Any]], int | None]:

@@ -99,8 +99,9 @@ class RunDriver:
                 res = t.evaluate()
             eval_after = res.as_dict() if res else None
             if eval_after:
+                t.step_eval = {"step": t.step_done, **eval_after}
                 t.logger.log(t.step_done, {f"eval/{k}": v for k, v in eval_after.items()})
-        final = t.save()
+        final = t.save(final=True)
         summary = self._summary(eval_after, time.perf_counter() - start_time, final)
         t.logger.close()
         t.rewards.close()
@@ -122,6 +123,7 @@ class RunDriver:
                 res = t.evaluate()
                 if res:
                     metrics.update({f"eval/{k}": v for k, v in res.as_dict().items()})
+                    t.step_eval = {"step": step, **res.as_dict()}
             t.logger.log(step, metrics)
             progress.update(step, metrics, t.failure_reasons)
             streaks.update(step, metrics, t.failure_reasons)

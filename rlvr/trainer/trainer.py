@@ -29,6 +29,7 @@ Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T respo
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -187,8 +188,12 @@ class RLTrainer:
         self.tokens_generated = 0
         self.cpu_seconds = 0.0
         self.eval_before: dict[str, Any] | None = None
+        self.step_eval: dict[str, Any] | None = None
+        """The held-out eval of step ``step_eval["step"]`` (set by the driver), saved in that step's checkpoint: the
+        best checkpoint by eval is kept beside the newest ``trainer.keep_checkpoints``."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main)
+        self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main, wandb=r.logging.wandb,
+                                    config=r.model_dump(mode="json") if r.logging.wandb is not None else None)
         if self.dist.is_main:
             atomic_write_text(self.run_dir / "recipe.resolved.yaml", dump_recipe(r))
         if self._resume_path is not None:
@@ -277,7 +282,8 @@ class RLTrainer:
         return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
                 "cpu_seconds": self.cpu_seconds, "eval_before": self.eval_before,
-                "reward_normalizer": self.algorithm.normalizer.state_dict() if self.algorithm.normalizer else None}
+                "reward_normalizer": self.algorithm.normalizer.state_dict() if self.algorithm.normalizer else None,
+                "eval": self.step_eval if self.step_eval and self.step_eval.get("step") == self.step_done else None}
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank,
@@ -299,11 +305,13 @@ class RLTrainer:
             later = f" (deleted the later checkpoints {', '.join(p.name for p in dropped)})" if dropped else ""
             print(f"resumed from {path} at step {self.step_done}{later}")
 
-    def save(self) -> Path:
-        """Checkpoint the current step (atomic), and refresh the plots."""
+    def save(self, final: bool = False) -> Path:
+        """Checkpoint the current step (atomic), and refresh the plots. The HF ``model/`` folder is written in the
+        ``final`` checkpoint and, with ``trainer.export_every_checkpoint``, in every one."""
         path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
                                     self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
                                     adapters_only=self.recipe.model.lora is not None,
+                                    export=final or self.recipe.trainer.export_every_checkpoint,
                                     extra_engines={"critic": self.critic.engine} if self.critic is not None else None)
         self._plot()
         return path
@@ -468,5 +476,7 @@ class RLTrainer:
         """``samples/step-N.jsonl``: one line per sample of rank 0, every ``trainer.log_samples_every`` steps."""
         every = self.recipe.trainer.log_samples_every
         if self.dist.is_main and every and step % every == 0:
-            step_metrics.write_samples(self.run_dir / "samples" / f"step-{step}.jsonl", batch,
-                                       self.recipe.data.answer_field)
+            path = self.run_dir / "samples" / f"step-{step}.jsonl"
+            step_metrics.write_samples(path, batch, self.recipe.data.answer_field)
+            if self.recipe.logging.wandb is not None:
+                self.logger.table("samples", [json.loads(line) for line in path.read_text().splitlines()], step)

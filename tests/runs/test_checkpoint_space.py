@@ -98,15 +98,23 @@ def _recipe(keep: int):
 
 
 def test_preflight_free_space_for_the_kept_checkpoints(tmp_path, monkeypatch):
-    size = checkpoint_bytes(10**9, 0)  # 16 GB
-    monkeypatch.setattr("shutil.disk_usage", lambda p: Usage(10**12, 0, int(2.5 * size)))
+    size = checkpoint_bytes(10**9, 0)  # 16 GB with model/, 12 GB without
+    assert checkpoint_bytes(10**9, 0, export=False) == 12 * 10**9
+    monkeypatch.setattr("shutil.disk_usage", lambda p: Usage(10**12, 0, int(2.2 * size)))
     report = Report()
-    check_disk(report, _recipe(keep=2), tmp_path / "runs/new", 10**9)  # needs 3 checkpoints
+    check_disk(report, _recipe(keep=2), tmp_path / "runs/new", 10**9)  # needs 2 x 12 GB + the last's 16 GB
     (finding,) = report.findings
     assert finding.level == "error" and finding.check == "disk"
-    assert finding.message == (f"a checkpoint takes about 14.9 GiB; trainer.keep_checkpoints=2 + the one being written "
-                               f"need 44.7 GiB more on the disk of {tmp_path} (37.3 GiB free): free 7.5 GiB there, "
-                               "lower trainer.keep_checkpoints, or write the run elsewhere (-o)")
+    assert finding.message == (f"about 11.2 GiB per checkpoint (14.9 GiB for the last, which holds the HF model/ "
+                               f"folder); trainer.keep_checkpoints=2 + the one being written need 37.3 GiB more on "
+                               f"the disk of {tmp_path} (32.8 GiB free): free 4.5 GiB there, lower "
+                               "trainer.keep_checkpoints, or write the run elsewhere (-o)")
+    every = resolve({"data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}],
+                     "trainer": {"save_every": 5, "export_every_checkpoint": True}, "eval": {"every": 5}})
+    report = Report()
+    check_disk(report, every, tmp_path / "runs/new", 10**9)
+    assert report.findings[0].message.startswith("about 14.9 GiB per checkpoint; trainer.keep_checkpoints=2 + the "
+                                                 "best by eval + the one being written need 59.6 GiB more")
     report = Report()
     check_disk(report, _recipe(keep=1), tmp_path / "runs/new", 10**9)
     assert [(f.level, f.check) for f in report.findings] == [("info", "disk")]
