@@ -111,17 +111,27 @@ class AddToolEngine:
     def __init__(self, tokenizer):
         self.tokenizer, self.syncs = tokenizer, 0
 
-    def generate(self, prompt_token_ids, n, sampling: SamplingParams):
+    def operands(self, prompt: list[int], j: int) -> tuple[int, int]:
+        """The two digits of sample ``j`` of ``prompt``'s call (or of its answer, after the output)."""
         import torch
 
+        a, b = torch.randint(0, 10, (2,)).tolist()
+        return a, b
+
+    def reply(self, prompt: list[int], j: int, answered: bool) -> str:
+        """The text of sample ``j`` of ``prompt``: the call, or (``answered``: an output block is in the turn) the
+        answer, to which eos is added."""
+        a, b = self.operands(prompt, j)
+        return f"so {(a + b) % 10}" if answered else f'```add\n{{"a": {a}, "b": {b}}}\n```\n'
+
+    def generate(self, prompt_token_ids, n, sampling: SamplingParams):
         groups = []
         for prompt in prompt_token_ids:
             text = self.tokenizer.decode(prompt, skip_special_tokens=False)
             answered = "```output" in text[text.rfind("<|im_start|>assistant"):]
             group = []
-            for _ in range(n):
-                a, b = torch.randint(0, 10, (2,)).tolist()
-                reply = f"so {(a + b) % 10}" if answered else f'```add\n{{"a": {a}, "b": {b}}}\n```\n'
+            for j in range(n):
+                reply = self.reply(prompt, j, answered)
                 ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
                 ids, reason, hit = (ids + [self.tokenizer.eos_token_id]) if answered else ids, "stop", None
                 found = StopStrings(self.tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
@@ -135,3 +145,28 @@ class AddToolEngine:
 
     def sync_weights(self, model) -> None:
         self.syncs += 1
+
+
+class PromptSeededAddToolEngine(AddToolEngine):
+    """:class:`AddToolEngine` whose digits are a function of (prompt ids, sample index) only, never of a process's
+    RNG: the same prompt gets the same samples on whichever rank it lands (multi-rank runs compared with 1 rank)."""
+
+    def operands(self, prompt: list[int], j: int) -> tuple[int, int]:
+        import hashlib
+        import json
+
+        digest = hashlib.sha256(json.dumps([list(prompt), j]).encode()).digest()
+        return digest[0] % 10, digest[1] % 10
+
+
+class PythonCallEngine(AddToolEngine):
+    """A rollout engine for training runs with the built-in ``python`` tool in the fenced format: sample ``j`` of a
+    prompt writes a ```python block with ``programs[j % len(programs)]``; a turn after the ```output block answers
+    ``so 42`` and eos."""
+
+    def __init__(self, tokenizer, programs: list[str]):
+        super().__init__(tokenizer)
+        self.programs = list(programs)
+
+    def reply(self, prompt: list[int], j: int, answered: bool) -> str:
+        return "so 42" if answered else f"```python\n{self.programs[j % len(self.programs)]}\n```\n"

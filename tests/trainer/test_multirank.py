@@ -67,8 +67,13 @@ def _run_scenario(sc: dict) -> None:
 
     recipe = resolve(sc["recipe"])
     tok = load_tokenizer(recipe.model.name, recipe.model)
-    vocab = [tok.convert_tokens_to_ids(c) for c in "0123456789abc"]
-    engine = FakeRolloutEngine(int(tok.eos_token_id), vocab)
+    if sc.get("tools"):  # fenced calls of the add tool, each sample a function of its prompt ids only
+        from tests.tools.scripted import PromptSeededAddToolEngine
+
+        engine = PromptSeededAddToolEngine(tok)
+    else:
+        vocab = [tok.convert_tokens_to_ids(c) for c in "0123456789abc"]
+        engine = FakeRolloutEngine(int(tok.eos_token_id), vocab)
     run_dir = Path(sc["run_dir"])
     trainer = RLTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine,
                           allow_changed=sc.get("allow_changed", ()))
@@ -275,6 +280,55 @@ def test_ppo_at_zero3_on_two_ranks_matches_one_rank(tmp_path):
             assert a[key] == pytest.approx(b[key], rel=2e-4, abs=1e-6), (a["step"], key, a[key], b[key])
     _assert_same_weights(_weights(runs / "ppo-2ranks/checkpoints/step-2/model"),
                          _weights(runs / "ppo-1rank/checkpoints/step-2/model"), "ppo zero-3 weights",
+                         moved_from=_weights(model_dir))
+
+
+TOOL_METRICS = ("tools/calls_per_sample", "tools/error_rate", "tools/timeouts", "tools/truncated_outputs",
+                "tools/turns_per_sample", "tools/fraction_of_samples_calling")
+
+
+def test_tool_rollouts_on_two_ranks_match_one_rank(tmp_path):
+    """With ``rollout.tools`` (the ``add`` function tool in the fenced format; equal operands fail) 2 ranks train as
+    1 under ZeRO-3 with a token budget: each rank runs its own prompts' tool calls, the ``tools/*`` metrics count
+    both ranks' samples (rates and per-sample means, not a sum of the ranks' rates), the tool answers stay out of the
+    loss on every rank, and the updated weights match."""
+    from tests.tiny import write_addition_dataset
+    from tests.tools.scripted import build_tiny_chat_model
+
+    model_dir = build_tiny_chat_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    runs = tmp_path / "runs"
+
+    def recipe() -> dict:
+        raw = _recipe(model_dir, data, 3, 2)
+        raw["rollout"].update({"max_new_tokens": 64, "tools": [{"name": "tests.tools.scripted:add"}],
+                               "max_turns": 3, "max_tool_output_tokens": 16})
+        raw["verifiers"] = [{"name": "tests.tiny:digit_fraction"}, {"name": "tests.tools.scripted:used_a_tool"}]
+        raw["reward"] = {"num_workers": 1, "solved_verifier": "tests.tools.scripted:used_a_tool"}
+        # rows of ~470 tokens, ~500 where the call failed: 2 rows per micro-batch, 1 where a failed call is the
+        # longer; the ranks, whose failed calls differ, then run different numbers of micro-batches
+        raw["optim"]["micro_batch_tokens"] = 960
+        return raw
+
+    _torchrun(2, [{"recipe": recipe(), "run_dir": str(runs / "tools-2ranks"), "tools": True}], tmp_path,
+              "tools_two_ranks")
+    _torchrun(1, [{"recipe": recipe(), "run_dir": str(runs / "tools-1rank"), "tools": True}], tmp_path,
+              "tools_one_rank")
+    two, one = _metrics(runs / "tools-2ranks"), _metrics(runs / "tools-1rank")
+    assert len(one) == 2
+    for m in one:
+        assert m["tools/calls_per_sample"] == 1.0 and m["tools/turns_per_sample"] == 2.0
+        assert m["tools/fraction_of_samples_calling"] == 1.0 and m["tools/timeouts"] == 0.0
+        assert m["rollout/response_length"] < 40  # sampled tokens only, not the tool output
+    assert 0.0 < sum(m["tools/error_rate"] for m in one) < len(one)  # some calls failed, not all
+    _assert_same_metrics(two, one, "tools zero-3, 2 ranks vs 1")
+    for a, b in zip(two, one, strict=True):
+        for key in (*TOOL_METRICS, "reward/solve_rate", "reward/samples"):
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-12), (a["step"], key, a[key], b[key])
+    idle = [json.loads((runs / f"tools-2ranks/idle-passes-rank{r}.json").read_text()) for r in (0, 1)]
+    assert sum(idle) > 0, idle  # the ranks did run different numbers of micro-batches
+    _assert_same_weights(_weights(runs / "tools-2ranks/checkpoints/step-2/model"),
+                         _weights(runs / "tools-1rank/checkpoints/step-2/model"), "tools zero-3 weights",
                          moved_from=_weights(model_dir))
 
 
