@@ -67,6 +67,32 @@ def test_only_adapters_train_and_base_weights_stay_bit_identical(tiny_dir):
     assert any(p.abs().sum() > 0 for n, p in model.named_parameters() if "lora_B" in n)  # adapters moved
 
 
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_gradient_checkpointing_gives_the_adapters_the_same_gradients(tiny_dir, use_reentrant):
+    """With gradient checkpointing the frozen embeddings' output needs no grad; reentrant checkpointing would then
+    give the adapters no gradient at all unless the inputs are made to require grad (``enable_input_require_grads``,
+    which :func:`apply_lora` calls). Both kinds give the gradients of a run without checkpointing."""
+    def grads(checkpointing: bool) -> dict:
+        cfg = ModelConfig(name=str(tiny_dir), gradient_checkpointing=checkpointing,
+                          lora=LoraConfig(rank=4, alpha=8))
+        base = load_causal_lm(str(tiny_dir), cfg)
+        if checkpointing and use_reentrant:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model = apply_lora(base, cfg.lora)
+        _randomise_adapters(model, seed=3)
+        model.train()  # HF checkpoints in train mode only
+        assert model.base_model.model.is_gradient_checkpointing == checkpointing
+        model(input_ids=_ids()).logits.float().logsumexp(-1).mean().backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+    want, got = grads(False), grads(True)
+    assert got.keys() == want.keys() and len(got) == 2 * 7 * 2  # A and B of 7 linear layers in each of 2 blocks
+    for name, g in got.items():
+        assert g is not None and float(g.abs().max()) > 0, name
+        torch.testing.assert_close(g, want[name], rtol=1e-5, atol=1e-6)
+
+
 def test_adapters_off_give_the_base_models_logits(tiny_dir):
     base = load_causal_lm(str(tiny_dir), ModelConfig(name=str(tiny_dir)))
     want = base(input_ids=_ids()).logits

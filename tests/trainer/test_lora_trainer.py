@@ -113,3 +113,26 @@ def test_lora_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     b = _comparable(read_metrics(tmp_path / "killed"))
     assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
     assert a == b
+
+
+def test_lora_step_with_gradient_checkpointing_moves_the_adapters(tiny, tmp_path):
+    """model.gradient_checkpointing with LoRA: the frozen embeddings' output needs no grad, yet a step's gradients
+    reach every adapter (peft and apply_lora make the inputs require grad) and the base weights stay as loaded."""
+    from rlvr.trainer.trainer import RLTrainer
+
+    raw = tiny_recipe(*tiny, model={"lora": LORA, "gradient_checkpointing": True},
+                      trainer={"steps": 2, "save_every": 0}, algorithm={"kl": {"beta": 0.1}}, optim={"lr": 3e-2})
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
+    assert trainer.model.base_model.model.is_gradient_checkpointing
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    for name, p in after.items():
+        if "lora_" not in name:
+            assert torch.equal(p.detach(), before[name]), name
+    # B starts at 0, so A's first gradient is 0; after two steps every A and B has moved
+    moved = {n for n, p in after.items() if "lora_" in n and not torch.equal(p.detach(), before[n])}
+    assert moved == {n for n in after if "lora_" in n}
+    m = [r for r in read_metrics(tmp_path / "run") if "train/grad_norm" in r]
+    assert len(m) == 2 and all(r["train/grad_norm"] > 0 for r in m)
+    trainer._release()

@@ -84,6 +84,16 @@ def _run_scenario(sc: dict) -> None:
     start = trainer.step_done
     trainer.train()
     (run_dir / f"idle-passes-rank{trainer.dist.rank}.json").write_text(json.dumps(len(idle)))
+    if sc.get("merged"):  # a LoRA policy's merged weights as vLLM's sync builds them (ZeRO-3: from gathered partitions)
+        from safetensors.torch import save_file
+
+        from rlvr.models.lora import merged_weights
+        from rlvr.rollout.weight_sync import iter_full_weights
+
+        merged = {n: t.detach().clone().contiguous() for n, t in merged_weights(trainer.model,
+                                                                                iter_full_weights(trainer.model))}
+        if trainer.dist.is_main:
+            save_file(merged, str(run_dir / "merged.safetensors"))
     # one sync after each update, plus one after loading a checkpoint
     assert engine.syncs == recipe.trainer.steps - start + (1 if sc.get("resume") else 0)
     trainer.engine.destroy()
@@ -281,6 +291,71 @@ def test_ppo_at_zero3_on_two_ranks_matches_one_rank(tmp_path):
     _assert_same_weights(_weights(runs / "ppo-2ranks/checkpoints/step-2/model"),
                          _weights(runs / "ppo-1rank/checkpoints/step-2/model"), "ppo zero-3 weights",
                          moved_from=_weights(model_dir))
+
+
+LORA = {"rank": 4, "alpha": 8, "target_modules": "all-linear"}
+
+
+def test_lora_two_ranks_match_one_rank_at_zero2_and_zero3(tmp_path):
+    """A LoRA policy (adapters only train, the reference is the policy with its adapters off) on 2 ranks trains like
+    1 rank under ZeRO-2 and ZeRO-3 (token budget: unequal micro-batch counts, idle passes), and the two stages agree.
+    The saved adapters match, and so do the merged weights (base + (alpha / r) B A) built from ZeRO-3's gathered
+    partitions the way the vLLM sync builds them, which equal the saved adapter folder merged with peft."""
+    import torch
+
+    from rlvr.config import ModelConfig
+    from rlvr.models.lora import load_merged_adapter
+    from tests.tiny import build_tiny_model, write_addition_dataset
+
+    model_dir = build_tiny_model(tmp_path / "model")
+    data = write_addition_dataset(tmp_path / "data.jsonl")
+    runs = tmp_path / "runs"
+
+    def recipe(stage: int) -> dict:
+        raw = _recipe(model_dir, data, stage, 2)
+        raw["model"]["lora"] = LORA
+        raw["optim"]["micro_batch_tokens"] = 40
+        return raw
+
+    def scenarios(ranks: int) -> list[dict]:
+        return [{"recipe": recipe(stage), "run_dir": str(runs / f"lora-z{stage}-{ranks}"), "merged": True}
+                for stage in (2, 3)]
+
+    _torchrun(2, scenarios(2), tmp_path, "lora_two_ranks")
+    _torchrun(1, scenarios(1), tmp_path, "lora_one_rank")
+    ref = _metrics(runs / "lora-z2-1")
+    assert len(ref) == 2 and ref[1]["train/kl"] > 1e-7  # the adapters moved the policy away from the base
+    for stage in (2, 3):
+        idle = [json.loads((runs / f"lora-z{stage}-2/idle-passes-rank{r}.json").read_text()) for r in (0, 1)]
+        assert sum(idle) > 0, (stage, idle)  # the ranks did run different numbers of micro-batches
+        _assert_same_metrics(_metrics(runs / f"lora-z{stage}-2"), ref, f"lora zero-{stage}, 2 ranks vs 1")
+        _assert_same_metrics(_metrics(runs / f"lora-z{stage}-1"), ref, f"lora zero-{stage} vs zero-2, 1 rank")
+
+    def adapters(run: str) -> dict:
+        return _weights_file(runs / run / "checkpoints/step-2/model/adapter_model.safetensors")
+
+    initial_b = {n: torch.zeros_like(t) for n, t in adapters("lora-z2-1").items()}
+    for run in ("lora-z2-2", "lora-z3-2", "lora-z3-1"):
+        assert not (runs / run / "checkpoints/step-2/model/model.safetensors").exists()
+        _assert_same_weights(adapters(run), adapters("lora-z2-1"), f"{run} adapters")
+    assert max(float(t.abs().max()) for n, t in adapters("lora-z3-2").items() if "lora_B" in n) > 1e-3
+    assert set(initial_b) == set(adapters("lora-z3-2"))
+
+    want = _weights_file(runs / "lora-z2-1/merged.safetensors")
+    base = _weights(model_dir)
+    assert set(want) == set(base)  # the base model's own names, nothing of peft's
+    for run in ("lora-z2-2", "lora-z3-2", "lora-z3-1"):
+        _assert_same_weights(_weights_file(runs / run / "merged.safetensors"), want, f"{run} merged",
+                             moved_from=base)
+    peft_merged = load_merged_adapter(runs / "lora-z3-2/checkpoints/step-2/model", ModelConfig(name=str(model_dir)))
+    _assert_same_weights({n: p.detach() for n, p in peft_merged.named_parameters()},
+                         {n: want[n] for n, _ in peft_merged.named_parameters()}, "merged vs peft merge_and_unload")
+
+
+def _weights_file(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
 
 
 TOOL_METRICS = ("tools/calls_per_sample", "tools/error_rate", "tools/timeouts", "tools/truncated_outputs",
