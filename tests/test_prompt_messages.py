@@ -64,5 +64,5 @@ def test_rows_without_the_shot_field_are_refused_when_there_are_examples(tmp_pat
            "data": {"source": {"type": "jsonl", "path": str(path)}, "shot_field": "solution"}}
     assert len(load_rows(resolve(raw).data)) == 2  # no examples: the field is not needed
     raw["data"]["few_shot"] = 1
-    with pytest.raises(DataError, match=r"row 1 has no 'solution' field \(data.shot_field\)"):
+    with pytest.raises(DataError, match=r"rows.jsonl:2 has no 'solution' field \(data.shot_field\)"):
         load_rows(resolve(raw).data)
