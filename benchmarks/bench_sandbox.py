@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import socket
 import sys
@@ -52,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 import rlvr.sandbox.batch  # noqa: E402
 import rlvr.sandbox.scheduler  # noqa: E402
+from benchmarks.machine import cpu_name  # noqa: E402
 from rlvr.sandbox import Job, Limits  # noqa: E402
 from rlvr.sandbox.backends import get_backend  # noqa: E402
 from rlvr.sandbox.backends.base import Backend  # noqa: E402
@@ -260,7 +260,7 @@ def main() -> int:
     bwrap = get_backend("bwrap") if any(d.startswith("bwrap") for d in designs) else None
     fresh = FreshContainerBackend(docker) if "fresh" in designs else None
     load = os.getloadavg()[0]
-    cpu = _cpu_name()
+    cpu = cpu_name()
     bench_started = time.monotonic()
     lines = ["# Sandbox throughput", "",
              f"Machine: {cpu}, {os.cpu_count()} cores, load average {load:.1f} at the start (shared with other "
@@ -387,7 +387,7 @@ def isolation_report(backend_names: list[str], out: Path, sigstop: bool = True) 
                            text=True).stdout.strip()
     lines = ["", f"## Isolation between jobs ({time.strftime('%Y-%m-%d')}, commit {commit}"
                  f"{' with uncommitted sandbox/ changes' if dirty else ''})", "",
-             f"Machine: {_cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start. "
+             f"Machine: {cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start. "
              "`benchmarks/bench_sandbox.py --isolation`.", "",
              "| backend | batch of 64 with one SIGSTOP-everyone program (2 s limit): wall s | the stopper's verdict "
              "| neighbours AC | hostile programs contained |", "| --- | ---: | --- | ---: | ---: |"]
@@ -408,19 +408,6 @@ def isolation_report(backend_names: list[str], out: Path, sigstop: bool = True) 
     print("\n".join(lines))
     return 0
 
-
-def _cpu_name() -> str:
-    """The CPU model with the vector extensions that matter here (AVX-512, AMX), from /proc/cpuinfo."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    extras = [name for flag, name in (("avx512f", "AVX-512"), ("amx_bf16", "AMX-bf16"), ("avx2", "AVX2")) if flag in flags]
-    if "AVX-512" in extras:
-        extras.remove("AVX2")
-    return f"{model} ({', '.join(extras) or 'no AVX2'})"
 
 
 if __name__ == "__main__":
