@@ -329,6 +329,14 @@ class CriticConfig(_Section):
     warmup_steps: int = Field(0, ge=0)
     """First steps that train only the critic (the policy is not updated), so its values are sensible when the
     policy starts to follow the advantages."""
+    lora: LoraConfig | Literal["policy"] | None = "policy"
+    """LoRA on the critic's trunk (its scalar head is always trained whole beside the adapters). ``policy`` (the
+    default): whatever ``model.lora`` says, so a LoRA policy gets a LoRA critic with the same rank, alpha and target
+    modules, and a fully trained policy a fully trained critic; a mapping (the keys of ``model.lora``): the critic's
+    own adapters, whatever the policy does; ``null``: every trunk weight trains, also under a LoRA policy. With
+    ``init: reward_model`` the adapters go on a copy of the reward model (a LoRA reward model merged into its base
+    first). The critic's checkpoint then holds its adapters, head and their optimizer state only; ``vllm_adapter``
+    does not apply (the critic never generates)."""
 
 
 ALGORITHM_OF_ADVANTAGE = {"grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp", "gae": "ppo"}
@@ -628,7 +636,8 @@ class RewardModelConfig(_Section):
     """A learned reward model (or an ensemble) that scores a policy's completions: ``rlvr rm train`` writes one."""
 
     path: str | None = None
-    """A folder written by ``rlvr rm train`` (``RUN_DIR/model``, or the run directory itself)."""
+    """A folder written by ``rlvr rm train`` (``RUN_DIR/model``, or the run directory itself); a LoRA reward model's
+    adapter folder loads as its base model with the adapters and head merged in."""
     paths: list[str] | None = Field(None, min_length=2)
     """An ensemble of such folders instead of ``path``; their scores are combined by ``aggregate``."""
     aggregate: Literal["mean", "min", "mean_minus_std"] = "mean"
@@ -700,16 +709,11 @@ class RewardModelRecipe(_Section):
     """Marks the file as a reward-model recipe (``rlvr config check`` tells the two kinds apart by it)."""
     seed: int = 0
     model: ModelConfig = Field(default_factory=ModelConfig)
-    """The backbone: any HF causal LM; its LM head is dropped and a scalar head is added."""
+    """The backbone: any HF causal LM; its LM head is dropped and a scalar head is added. With ``model.lora`` the
+    backbone's linear layers get adapters and the head is trained whole beside them; the run's ``model/`` is then the
+    adapter folder (adapters and head), which ``reward_model.path`` and ``rlvr rm eval`` load merged into the base."""
     data: PreferenceDataConfig
     train: RewardModelTrainConfig = Field(default_factory=RewardModelTrainConfig)
-
-    @model_validator(mode="after")
-    def _validate_no_lora(self) -> "RewardModelRecipe":
-        if self.model.lora is not None:
-            raise ValueError("model.lora: reward-model training (rlvr rm train) trains every weight; remove "
-                             "model.lora (a policy recipe's reward_model.path may name a LoRA policy run)")
-        return self
 
 
 class Recipe(_Section):

@@ -52,22 +52,24 @@ def output_layer_names(model: torch.nn.Module) -> set[str]:
     return names
 
 
-def linear_module_names(model: torch.nn.Module) -> list[str]:
+def linear_module_names(model: torch.nn.Module, exclude: Iterable[str] = ()) -> list[str]:
     """The short names (last part, e.g. ``q_proj``) of the model's ``nn.Linear`` layers that LoRA can adapt, sorted;
-    the output layer is left out. Works on a meta-device model (nothing is read from the weights)."""
+    the output layer and the short names in ``exclude`` (a reward model's scalar head) are left out. Works on a
+    meta-device model (nothing is read from the weights)."""
     skip = output_layer_names(model)
     return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                   if isinstance(module, torch.nn.Linear) and name not in skip})
+                   if isinstance(module, torch.nn.Linear) and name not in skip} - set(exclude))
 
 
-def check_target_modules(model: torch.nn.Module, cfg: LoraConfig) -> list[str]:
-    """The linear layers ``cfg.target_modules`` selects on ``model`` (short names, sorted).
+def check_target_modules(model: torch.nn.Module, cfg: LoraConfig, exclude: Iterable[str] = ()) -> list[str]:
+    """The linear layers ``cfg.target_modules`` selects on ``model`` (short names, sorted); ``exclude``: short names
+    that are never adapted (a scalar head, trained whole instead).
 
     Raises:
         LoraTargetError: a listed name that is not one of the model's adaptable linear layers (the message lists
             them), or a model with no linear layer at all.
     """
-    linear = linear_module_names(model)
+    linear = linear_module_names(model, exclude)
     if not linear:
         raise LoraTargetError(f"model.lora: {type(model).__name__} has no linear layer that LoRA could adapt")
     if cfg.target_modules == "all-linear":
@@ -94,25 +96,31 @@ def meta_model(path: str, cfg: ModelConfig) -> torch.nn.Module:
         return AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.trust_remote_code)
 
 
-def apply_lora(model: torch.nn.Module, cfg: LoraConfig, base_name: str | None = None) -> torch.nn.Module:
+def apply_lora(model: torch.nn.Module, cfg: LoraConfig, base_name: str | None = None,
+               modules_to_save: list[str] | None = None) -> torch.nn.Module:
     """Wrap ``model`` with fresh adapters (``B = 0``, so the wrapped model computes what ``model`` did); only the
-    adapters require gradients afterwards.
+    adapters (and the ``modules_to_save``) require gradients afterwards.
 
     Args:
         model: an HF causal LM (fp32 master weights).
         cfg: the recipe's ``model.lora``.
         base_name: written into the saved ``adapter_config.json`` as ``base_model_name_or_path`` (the recipe's
             ``model.name``, so a saved adapter names a model any machine can resolve).
+        modules_to_save: short names of modules trained whole beside the adapters and saved with them (peft's
+            ``modules_to_save``: a trainable copy, e.g. a reward model's or critic's scalar head ``score``); never
+            adapted. With them the task is peft's ``SEQ_CLS`` (a sequence-classification model), else ``CAUSAL_LM``.
     Returns:
-        the ``peft`` model (``PeftModelForCausalLM``); its ``base_model.model`` is ``model``.
+        the ``peft`` model (``PeftModelForCausalLM``, or ``PeftModelForSequenceClassification`` with
+        ``modules_to_save``); its ``base_model.model`` is ``model``, whose layers peft changed in place.
     Raises:
         LoraTargetError: see :func:`check_target_modules`.
     """
     import peft
 
-    targets = check_target_modules(model, cfg)
+    targets = check_target_modules(model, cfg, exclude=modules_to_save or ())
     peft_cfg = peft.LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=targets,
-                               bias="none", task_type="CAUSAL_LM", base_model_name_or_path=base_name)
+                               bias="none", task_type="SEQ_CLS" if modules_to_save else "CAUSAL_LM",
+                               modules_to_save=modules_to_save or None, base_model_name_or_path=base_name)
     wrapped = peft.get_peft_model(model, peft_cfg)
     if base_name is not None:
         wrapped.peft_config[ADAPTER].base_model_name_or_path = base_name

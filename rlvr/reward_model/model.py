@@ -7,6 +7,11 @@ the token before the eos when pad == eos (SmolLM2, Qwen) and, in older versions,
 #3750). Here the index comes from the attention mask alone (:func:`last_token_index`), and positions skip left
 padding, so a sequence scores the same however it is padded.
 
+With LoRA (``model.lora`` of an ``rlvr rm train`` recipe, or a PPO critic's trunk) the trunk's linear layers get
+adapters and the head is trained whole beside them (peft's ``modules_to_save``): :meth:`RewardModel.add_lora`. Such a
+model is saved as its adapter folder (adapters and head, a few MB, plus the model's ``config.json``), and
+:meth:`RewardModel.load` reads it back as the base model with the adapters merged in.
+
 Shapes: N sequences, L padded length, d hidden size.
 """
 
@@ -49,8 +54,12 @@ def pad_sequences(sequences: list[list[int]], pad_id: int, side: Literal["left",
     return ids, mask
 
 
+def _head_name(hf_model: torch.nn.Module) -> str:
+    return "score" if getattr(hf_model, "score", None) is not None else "classifier"
+
+
 def _head(hf_model: torch.nn.Module) -> torch.nn.Linear:
-    head = getattr(hf_model, "score", None) or getattr(hf_model, "classifier", None)
+    head = getattr(hf_model, _head_name(hf_model), None)
     if not isinstance(head, torch.nn.Linear) or head.out_features != 1:
         raise ValueError(f"{type(hf_model).__name__} has no scalar linear head ('score' or 'classifier' with one "
                          f"output); not a reward model")
@@ -70,6 +79,30 @@ class RewardModel(torch.nn.Module):
         self.hf = hf_model
         self.head = _head(hf_model)
         self.backbone = getattr(hf_model, hf_model.base_model_prefix)
+        self._peft: list[torch.nn.Module] = []  # the peft wrapper after add_lora (a list: not a second submodule)
+
+    @property
+    def is_lora(self) -> bool:
+        """True after :meth:`add_lora`: the trunk has adapters, the head is a trainable copy."""
+        return bool(self._peft)
+
+    def add_lora(self, cfg: Any, base_name: str | None = None) -> "RewardModel":
+        """LoRA adapters on the trunk's linear layers (``cfg``: a :class:`rlvr.config.LoraConfig`); the trunk's
+        weights freeze, the scalar head stays whole and trainable (peft's ``modules_to_save``: a copy of the head,
+        which :meth:`forward` then reads and :meth:`save` writes with the adapters). ``base_name`` is written into
+        the saved ``adapter_config.json`` (the backbone any machine can resolve, e.g. the recipe's ``model.name``).
+        Returns self.
+
+        Raises:
+            rlvr.models.lora.LoraTargetError: a target module the trunk does not have.
+        """
+        from rlvr.models.lora import ADAPTER, apply_lora
+
+        name = _head_name(self.hf)
+        wrapped = apply_lora(self.hf, cfg, base_name=base_name, modules_to_save=[name])
+        self.head = getattr(self.hf, name).modules_to_save[ADAPTER]  # peft put a wrapper where the head was
+        self._peft = [wrapped]
+        return self
 
     # ------------------------------------------------------------------------------------------------ building
     @classmethod
@@ -100,21 +133,44 @@ class RewardModel(torch.nn.Module):
         """
         from transformers import AutoModelForSequenceClassification
 
+        from rlvr.models.lora import adapter_base_name, is_adapter_folder
+
         folder = resolve_reward_model_dir(path)
-        hf = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
+        if is_adapter_folder(folder):  # a LoRA reward model: the base backbone, adapters and trained head merged in
+            from peft import PeftModel
+
+            from rlvr.models.loading import resolve_model_path
+
+            base = AutoModelForSequenceClassification.from_pretrained(
+                resolve_model_path(adapter_base_name(folder)), num_labels=1, dtype=torch.float32)
+            hf = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+            info = json.loads((folder / MARKER).read_text())
+            if info.get("pad_token_id") is not None:
+                hf.config.pad_token_id = int(info["pad_token_id"])
+        else:
+            hf = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32)
         disable_dropout(hf)
         return cls(hf)
 
     def save(self, folder: str | Path, tokenizer: Any, extra: dict[str, Any] | None = None) -> Path:
         """Write the weights (backbone and head), config, tokenizer and the rlvr marker into ``folder`` (HF format,
-        loadable with ``AutoModelForSequenceClassification.from_pretrained``)."""
+        loadable with ``AutoModelForSequenceClassification.from_pretrained``). After :meth:`add_lora`: the adapter
+        folder instead (``adapter_config.json``, ``adapter_model.safetensors`` with the adapters and the head), with
+        the model's ``config.json`` beside it (for ``rlvr check``'s shape and memory estimates); :meth:`load` merges
+        it into the base model."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.hf.config.pad_token_id = int(tokenizer.pad_token_id)
-        self.hf.save_pretrained(folder, safe_serialization=True)
+        if self.is_lora:
+            self._peft[0].save_pretrained(folder, safe_serialization=True)
+            self.hf.config.save_pretrained(folder)
+        else:
+            self.hf.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
         info = {"format": 1, "hidden_size": self.head.in_features, "eos_token_id": int(tokenizer.eos_token_id),
-                "score_at": "last real token (attention mask)", **(extra or {})}
+                "pad_token_id": int(tokenizer.pad_token_id), "score_at": "last real token (attention mask)",
+                **({"lora": "adapters and head; loaded merged into the base model"} if self.is_lora else {}),
+                **(extra or {})}
         (folder / MARKER).write_text(json.dumps(info, indent=2) + "\n")
         return folder
 

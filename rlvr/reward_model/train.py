@@ -187,9 +187,12 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
           f"random", file=sys.stderr, flush=True)
     if recipe.model.gradient_checkpointing:
         model.hf.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recipe.model.lora is not None:  # adapters on the trunk, the head trained whole; saved as an adapter folder
+        model.add_lora(recipe.model.lora, base_name=recipe.model.name)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     rng = random.Random(recipe.seed)
     plan: list[list[TokenizedGroup]] = []  # the groups of every optimizer step, all epochs
     for _ in range(cfg.epochs):
@@ -242,7 +245,7 @@ def train_reward_model(recipe: RewardModelRecipe, run_dir: Path) -> dict[str, An
             out.loss.backward()
             loss_sum += float(out.loss.detach())
             acc_sum += float(out.accuracy) * len(chosen)
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip or float("inf"))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)

@@ -188,7 +188,13 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
             if rank == 0:
                 _keep_trainable_only(tmp / "deepspeed", hf_model)
         for name, extra in (extra_engines or {}).items():
-            extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False)
+            # a LoRA critic: its adapters and head, not the frozen trunk (restored from where it was loaded)
+            frozen = _has_frozen(extra.module)
+            extra.save_checkpoint(str(tmp / name), tag="state", save_latest=False, exclude_frozen_parameters=frozen)
+            if frozen:  # the trunk's second names (e.g. the critic's ``backbone`` alias) are left in by DeepSpeed
+                _barrier()
+                if rank == 0:
+                    _keep_trainable_only(tmp / name, extra.module)
         torch.save(rng_state(), tmp / f"rng-rank{rank}.pt")
         export = export or adapters_only
         full_state = gathered_state_dict(engine) if export else None  # every rank takes part in the ZeRO-3 gathers
@@ -259,6 +265,11 @@ def export_checkpoint_model(checkpoint: Path, base_model: Any, tokenizer_source:
     return checkpoint / "model"
 
 
+def _has_frozen(module: torch.nn.Module) -> bool:
+    """True for a module with frozen parameters (a LoRA model's base weights)."""
+    return any(not p.requires_grad for p in module.parameters())
+
+
 def _keep_trainable_only(ds_dir: Path, model: torch.nn.Module) -> None:
     """Drop every frozen tensor from this rank's DeepSpeed module states: ``exclude_frozen_parameters`` leaves the
     second name of a tied frozen weight in (e.g. ``lm_head.weight`` tied to the embedding: the whole embedding matrix
@@ -311,7 +322,8 @@ def load_extra_engine(path: Path, name: str, engine: Any) -> None:
     load_path = None
     if folder.is_dir():
         load_path, _ = engine.load_checkpoint(str(folder), tag="state", load_optimizer_states=True,
-                                              load_lr_scheduler_states=True)
+                                              load_lr_scheduler_states=True,
+                                              load_module_strict=not _has_frozen(engine.module))
     if load_path is None:
         raise FileNotFoundError(f"{path} has no saved {name} state ({folder})")
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from rlvr.algo.losses import aggregate_loss
 from rlvr.algo.value_loss import clipped_value_loss
-from rlvr.config import AlgorithmConfig, Recipe
+from rlvr.config import AlgorithmConfig, LoraConfig, Recipe
 from rlvr.models.logprobs import position_ids_from_mask
 from rlvr.reward_model.model import RewardModel
 from rlvr.trainer.batch import RolloutBatch
@@ -136,14 +136,24 @@ def critic_source(recipe: Recipe, model_path: str) -> tuple[str, str]:
     return init, str(rm.path or rm.paths[0])
 
 
+def critic_lora(recipe: Recipe) -> LoraConfig | None:
+    """The critic's adapters (``algorithm.critic.lora``; ``policy``: the policy's ``model.lora``), or ``None`` for a
+    critic whose every weight trains."""
+    lora = recipe.algorithm.critic.lora
+    return recipe.model.lora if lora == "policy" else lora
+
+
 def build_value_model(recipe: Recipe, model_path: str) -> ValueModel:
     """The critic's module before DeepSpeed: a copy of the reward model, trunk and trained head (``init:
     reward_model``; the RM's score of a prefix is a sensible first value, as InstructGPT, TRL's PPO scripts and
-    OpenRLHF start the critic), or the policy's trunk (``model_path``) with a head drawn with ``recipe.seed``."""
+    OpenRLHF start the critic), or the policy's trunk (``model_path``) with a head drawn with ``recipe.seed``; with
+    :func:`critic_lora`, adapters on the trunk and the head trained whole."""
     init, folder = critic_source(recipe, model_path)
-    if init == "reward_model":
-        return ValueModel(RewardModel.load(folder))
-    return ValueModel(RewardModel.from_backbone(folder, seed=recipe.seed))
+    rm = RewardModel.load(folder) if init == "reward_model" else RewardModel.from_backbone(folder, seed=recipe.seed)
+    lora = critic_lora(recipe)
+    if lora is not None:
+        rm.add_lora(lora)
+    return ValueModel(rm)
 
 
 def build_critic(recipe: Recipe, model_path: str, dist: DistInfo, pad_id: int,
@@ -153,6 +163,8 @@ def build_critic(recipe: Recipe, model_path: str, dist: DistInfo, pad_id: int,
     r, a = recipe, recipe.algorithm
     init, folder = critic_source(recipe, model_path)
     what = f"copy of the reward model {folder}" if init == "reward_model" else "value head on the policy's trunk"
+    lora = critic_lora(r)
+    what += f", LoRA rank {lora.rank} on the trunk" if lora is not None else ""
     with phase(f"critic ({what})", dist.is_main):
         module = build_value_model(r, model_path).to(dist.device)
         engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
