@@ -121,7 +121,7 @@ def start_wandb(run_dir: Path, cfg: Any, config: dict | None = None) -> Any:
         mode = os.environ.get("WANDB_MODE") or ("online" if wandb_reachable() else "offline")
     id_file = Path(run_dir) / "wandb-run-id"
     run_id = id_file.read_text().strip() if id_file.is_file() else uuid.uuid4().hex[:8]
-    id_file.write_text(run_id + "\n")
+    atomic_write_text(id_file, run_id + "\n")
     return wandb.init(project=cfg.project, entity=cfg.entity, mode=mode, dir=str(run_dir), id=run_id,
                       name=Path(run_dir).name, resume="allow", config=config)
 
