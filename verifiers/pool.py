@@ -2,9 +2,16 @@
 
 Why processes: sympy and user verifiers can hang for minutes on one input, and signal-based timeouts
 (``signal.alarm``, which math-verify uses) only work on the main thread of the main interpreter. A worker
-process can always be killed. Each worker runs in its own process group, so the kill (``SIGKILL`` to the
-group) also takes down anything the verifier started; workers ask the kernel to kill them when the parent
-dies (``PR_SET_PDEATHSIG``), so they never outlive it.
+process can always be killed. Each worker runs in its own process group and is a child subreaper
+(``PR_SET_CHILD_SUBREAPER``): whatever a verifier starts stays a descendant of its worker, even a daemon that
+double-forks and ``setsid`` s away from the group. When a call is killed on timeout and at :meth:`VerifierPool.close`,
+the worker's descendants are listed (psutil) and killed with its process group, so no verifier subprocess outlives
+the pool. Workers ask the kernel to kill them when the parent dies (``PR_SET_PDEATHSIG``), so they never outlive it.
+
+Output: a worker's file descriptors 1 and 2 (its own and those its subprocesses inherit) go to a private temporary
+file, emptied after every call. Only the last :data:`OUTPUT_TAIL_BYTES` of a call's output come back, in
+:attr:`Outcome.output`, with the call's byte count in :attr:`Outcome.output_bytes`; a verifier that prints 100 MB
+does not reach the parent's log.
 
 Cost model: the parent sends a *chunk* of calls per message (one IPC round trip per chunk, not per call)
 and the worker streams back one small result per call. The parent takes the arrival of a result as the
@@ -19,11 +26,14 @@ This is not a security sandbox: a verifier runs with the parent's user, files an
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import math
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
+import tempfile
 import time
 import weakref
 from collections import deque
@@ -32,7 +42,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+import psutil
+
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+OUTPUT_TAIL_BYTES = 2048
+"""Most bytes of a call's stdout/stderr (the end of it) that a worker sends back."""
 _MAX_ERROR_CHARS = 500
 
 
@@ -69,12 +84,18 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class Outcome:
-    """Result of one :class:`Call`: ``value`` is the verifier's raw return when ``status`` is ``OK``."""
+    """Result of one :class:`Call`: ``value`` is the verifier's raw return when ``status`` is ``OK``.
+
+    ``output`` is the end (at most :data:`OUTPUT_TAIL_BYTES`, decoded as UTF-8) of what the call wrote to stdout and
+    stderr, its subprocesses included; ``output_bytes`` is how many bytes it wrote in all (0 for a call whose worker
+    was killed)."""
 
     status: Status
     value: Any = None
     error: str | None = None
     seconds: float = 0.0
+    output: str = ""
+    output_bytes: int = 0
 
 
 class VerifierPool:
@@ -240,25 +261,56 @@ class _Worker:
         self.conn.send(("run", [(i, calls[i]) for i in chunk]))
 
     def receive(self) -> tuple[int, Outcome]:
-        _, index, status, value, error, seconds = self.conn.recv()
-        return index, Outcome(Status(status), value, error, seconds)
+        _, index, status, value, error, seconds, output, output_bytes = self.conn.recv()
+        return index, Outcome(Status(status), value, error, seconds, output, output_bytes)
 
     def kill(self) -> None:
+        """Kill the worker, its process group and every descendant (those that left the group too)."""
         pid = self.process.pid
         if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGKILL)  # the worker leads its own process group
-            except (ProcessLookupError, PermissionError):
-                pass
+            _signal_group(pid, signal.SIGSTOP)  # no new children while the tree is listed
+            # Listed before the kill: once the worker is gone its orphans are re-parented out of reach.
+            descendants = _descendants(pid)
+            _signal_group(pid, signal.SIGKILL)  # the worker leads its own process group
             try:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            _kill_processes(descendants)
         self.process.join(timeout=5)
         self.conn.close()
 
 
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_processes(processes: list[psutil.Process]) -> None:
+    for process in processes:
+        try:
+            process.kill()  # psutil refuses a pid that now names another process
+        except psutil.Error:
+            pass
+
+
 def _shutdown_all(workers: list[_Worker]) -> None:
+    # An idle worker's descendants are what its verifiers left running: kill them while they are still the
+    # worker's (once it exits they are re-parented out of reach), then let the worker stop.
+    leftovers: list[psutil.Process] = []
+    for worker in workers:
+        if worker.process.pid is not None and worker.process.is_alive():
+            leftovers.extend(_descendants(worker.process.pid))
+    _kill_processes(leftovers)
     for worker in workers:
         try:
             worker.conn.send(("stop",))
@@ -281,6 +333,7 @@ def _shutdown_all(workers: list[_Worker]) -> None:
 def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, memory_limit_mb: int | None) -> None:
     os.setpgrp()  # own process group: the parent's kill also reaches grandchildren
     _die_with_parent(parent_pid)
+    output = _capture_output()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if memory_limit_mb is not None:
@@ -298,12 +351,59 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, m
             return
         for index, call in message[1]:
             status, value, error, seconds = _run_one(call, resolved)
+            tail, written = _take_output(output)
             try:
-                conn.send(("done", index, status, value, error, seconds))
+                conn.send(("done", index, status, value, error, seconds, tail, written))
             except (EOFError, OSError):
                 return
             except Exception as exc:  # the return value did not pickle
-                conn.send(("done", index, Status.ERROR.value, None, _describe(exc, "unpicklable result"), seconds))
+                error = _describe(exc, "unpicklable result")
+                conn.send(("done", index, Status.ERROR.value, None, error, seconds, tail, written))
+        _reap_orphans()
+
+
+def _capture_output() -> int:
+    """Point fds 1 and 2 (and ``sys.stdout``/``sys.stderr``) at an unlinked temporary file; return its fd."""
+    fd, path = tempfile.mkstemp(prefix="rlvr-verifier-output-")
+    os.unlink(path)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)  # writes land at the end
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # what the parent buffered before the fork stays the parent's
+        except Exception:  # noqa: BLE001 - a closed or odd stream: nothing to keep
+            pass
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    # New streams on fds 1 and 2: the inherited ones may write elsewhere (a test runner's capture file).
+    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", buffering=1, closefd=False)  # noqa: SIM115
+    return fd
+
+
+def _take_output(fd: int) -> tuple[str, int]:
+    """The end of what was written since the last call and its size in bytes; empties the file."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a verifier closed or replaced the stream
+            pass
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return "", 0
+    tail = os.pread(fd, OUTPUT_TAIL_BYTES, max(0, size - OUTPUT_TAIL_BYTES))
+    os.ftruncate(fd, 0)
+    return tail.decode("utf-8", errors="replace"), size
+
+
+def _reap_orphans() -> None:
+    """Collect exited children: as a subreaper the worker inherits the orphans of what its verifiers started."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def _run_one(call: Call, resolved: dict[str, Callable[..., Any]]) -> tuple[str, Any, str | None, float]:
@@ -334,6 +434,9 @@ def _die_with_parent(parent_pid: int) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Orphans of what the verifiers start (daemons that fork and setsid) become the worker's, so the pool
+        # can find and kill them.
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)
     except (OSError, AttributeError):
         pass  # not Linux/glibc: rely on EOF from the closed pipe
     if os.getppid() != parent_pid:  # the parent died before prctl took effect

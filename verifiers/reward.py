@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.verifiers.pool import Call, Outcome, Status, VerifierPool
+from rlvr.verifiers.pool import OUTPUT_TAIL_BYTES, Call, Outcome, Status, VerifierPool
 from rlvr.verifiers.registry import get_verifier
 
 
@@ -212,8 +213,14 @@ class RewardFunction:
                 on_progress(done, total)
 
         pool_calls, members = self._batch_calls(calls, [slots[0][1] for slots in call_slots])
+        output: list[str] = []
+        output_bytes = 0
 
         def on_result(k: int, outcome: Outcome) -> None:
+            nonlocal output_bytes
+            if outcome.output_bytes:
+                output.append(outcome.output)
+                output_bytes += outcome.output_bytes
             if not pool_calls[k].batch:
                 record(members[k][0], outcome)
                 return
@@ -231,7 +238,16 @@ class RewardFunction:
 
         if pool_calls:
             self._pool.run(pool_calls, on_result)
+        if output_bytes:
+            self._report_output(output, output_bytes)
         return [self._combine(i, judged) for i in range(len(completions))]
+
+    def _report_output(self, tails: list[str], written: int) -> None:
+        """Print the end of what this step's verifier calls wrote to stdout/stderr, bounded, on stderr."""
+        text = "".join(tails)[-OUTPUT_TAIL_BYTES:]
+        shown = len(text.encode("utf-8", errors="replace"))
+        print(f"verifier output: {written} bytes from {len(tails)} call(s), the last {shown} shown "
+              f"({max(0, written - shown)} dropped):\n{text.rstrip()}", file=sys.stderr, flush=True)
 
     def _batch_calls(self, calls: list[Call], spec_of: list[int]) -> tuple[list[Call], list[list[int]]]:
         """The calls the pool runs: one per call, except that all calls of a verifier with a ``batch``
