@@ -38,7 +38,8 @@ ARMS = {"full": None, "lora-r8": 8, "lora-r64": 64}
 
 
 def _optimizer_state_bytes(ckpt: Path) -> tuple[int, int]:
-    """(bytes, elements) of every tensor in the checkpoint's DeepSpeed optimizer state files."""
+    """(bytes, elements) of every tensor of the optimizer state in the checkpoint's DeepSpeed folder (Adam's step
+    counters are 0-d tensors: one element each, beside the two moments)."""
     import torch
 
     def walk(obj) -> tuple[int, int]:
@@ -49,9 +50,13 @@ def _optimizer_state_bytes(ckpt: Path) -> tuple[int, int]:
         return sum(s[0] for s in sums), sum(s[1] for s in sums)
 
     total = (0, 0)
-    for f in sorted(ckpt.rglob("*optim_states.pt")):
+    for f in sorted(ckpt.glob("deepspeed/**/*optim_states.pt")):  # ZeRO 1-3: the optimizer's own files
         b, n = walk(torch.load(f, map_location="cpu", weights_only=False))
         total = (total[0] + b, total[1] + n)
+    if total == (0, 0):  # ZeRO-0: the optimizer state is the "optimizer" entry of the module state file
+        for f in sorted(ckpt.glob("deepspeed/**/*model_states.pt")):
+            b, n = walk(torch.load(f, map_location="cpu", weights_only=False).get("optimizer") or {})
+            total = (total[0] + b, total[1] + n)
     return total
 
 
@@ -87,11 +92,13 @@ def _run(args: argparse.Namespace, arm: str, index: int) -> dict:
     wall = time.time() - start
     if proc.returncode:
         raise RuntimeError(f"{arm} failed (exit {proc.returncode}); see {out}.log")
-    steps = [m for m in read_metrics(out) if "time/step_s" in m]
+    steps = [m for m in read_metrics(out) if "time/rollout_s" in m]
+    for m in steps:  # the step: the sum of its stages (rollout, reward, advantages, update, sync, ...)
+        m["step_total_s"] = sum(v for k, v in m.items() if k.startswith("time/") and k.endswith("_s"))
     timed = steps[1:] or steps  # the first step warms caches and kernels up
 
     def med(key: str) -> float:
-        return statistics.median(m.get(key, 0.0) for m in timed)
+        return statistics.median([m.get(key, 0.0) for m in timed])
 
     summary = json.loads((out / "summary.json").read_text())
     ckpt = max((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
@@ -99,7 +106,7 @@ def _run(args: argparse.Namespace, arm: str, index: int) -> dict:
     if not args.keep_checkpoints:  # a full run's checkpoint is ~2 GB (weights + Adam moments)
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
     row = {"arm": arm, "run": index, "lora_rank": rank, "steps": len(steps), "wall_s": wall,
-           "step_s": med("time/step_s"), "rollout_s": med("time/rollout_s"), "update_s": med("time/update_s"),
+           "step_s": med("step_total_s"), "rollout_s": med("time/rollout_s"), "update_s": med("time/update_s"),
            "sync_s": med("time/sync_s"), "peak_rss_mb": usage.ru_maxrss / 1024, "optimizer_state_bytes": opt_bytes,
            "optimizer_state_elements": opt_elems, "eval_before": summary.get("eval_before"),
            "eval_after": summary.get("eval_after"), "load_median": statistics.median(loads) if loads else None,
@@ -120,7 +127,8 @@ def _report(args: argparse.Namespace, rows: list[dict], when: str, load_start: f
              f"eval_size {args.eval_size}** "
              f"(held-out pass@1 from {args.eval_size} prompts x 4 samples), {args.rounds} run(s) per arm, alternated. "
              f"Full fine-tuning at the recipe's lr 5e-6; LoRA (all linear layers, alpha = 2 x rank) at lr "
-             f"{args.lora_lr:g}. Step times are medians over each run's steps after the first. Other processes "
+             f"{args.lora_lr:g}. Step times are medians over each run's steps after the first (step s: the sum of "
+             f"every timed stage, reward and advantages included). Other processes "
              f"share the machine: 1-minute load average {load_start:.1f} at the start, each run's in its column "
              f"(median, min-max, sampled every 5 s).", "",
              "| arm | trainable params | optimizer state | step s | rollout s | update s | sync s | peak RSS MB | "
