@@ -42,7 +42,7 @@ sandbox:
 demo: install
 	$(VENV)/bin/rlvr train recipes/demo.yaml -o runs/demo --overwrite
 
-# Tool use on CPU: GRPO with the sandboxed python tool on multi-term arithmetic (recipes/tool_demo.yaml; ~30 min on 2
+# Tool use on CPU: GRPO with the sandboxed python tool on multi-term arithmetic (recipes/tool_demo.yaml; ~25 min on 2
 # cores). The same task without the tool: add --set rollout.tools=[] --set data.shot_field=null (see the recipe).
 tool-demo: install sandbox
 	$(VENV)/bin/rlvr train recipes/tool_demo.yaml -o runs/tool_demo --overwrite
