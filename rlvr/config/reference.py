@@ -35,7 +35,12 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
         sections = _sections(info.annotation)
-        yield key, _type_name(info.annotation), _default(info), _help(info)
+        text = _help(info.description)
+        if not text and len(sections) == 1:  # a section's own docstring says what it is for
+            text = _help(sections[0][0].__doc__)
+        if not text and name == "type" and typing.get_origin(info.annotation) is Literal:
+            text = "Selects this kind of section."
+        yield key, _type_name(info.annotation), _default(info), text
         for section, is_list in sections:
             label = key + ("[]" if is_list else "")
             tag = section.model_fields.get("type")
@@ -101,9 +106,9 @@ def _default(info: FieldInfo) -> str:
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\bvs)\.(?=\s+[A-Z(`\"]|$)")
 
 
-def _help(info: FieldInfo) -> str:
-    """The field's docstring in markdown: whole when short, else its first sentence."""
-    text = " ".join((info.description or "").split()).replace("``", "`")
+def _help(doc: str | None) -> str:
+    """A docstring in markdown: whole when short, else its first sentence."""
+    text = " ".join((doc or "").split()).replace("``", "`")
     if len(text) <= 240:
         return text
     end = _SENTENCE_END.search(text)

