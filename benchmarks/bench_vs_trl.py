@@ -312,12 +312,12 @@ def write_outputs(machine: dict, summaries: dict, raw: dict, args: argparse.Name
     plot(summaries, HERE / "results" / "vs_trl.png")
     from vs_trl_report import FINDINGS, render_results
     text = render_results(machine, summaries, machine["steps_per_run"], argv, FINDINGS)
-    # bench_learning_vs_trl.py's section (between its markers) is its own measurement: carried over as it is
-    from bench_learning_vs_trl import MARK_END as end
+    # from bench_learning_vs_trl.py's start marker on, the file holds other benchmarks' own sections (learning per
+    # CPU-second, LoRA, the tool demo): carried over as they are
     from bench_learning_vs_trl import MARK_START as start
     old = args.out.read_text() if args.out.exists() else ""
-    if start in old and end in old:
-        text = text.rstrip("\n") + "\n\n" + start + old.split(start, 1)[1].split(end, 1)[0] + end + "\n"
+    if start in old:
+        text = text.rstrip("\n") + "\n\n" + start + old.split(start, 1)[1]
     args.out.write_text(text)
     print(f"wrote {args.out}")
 
