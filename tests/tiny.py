@@ -37,7 +37,7 @@ def build_tiny_model(dir_path: Path, seed: int = 0, hidden: int = 32, layers: in
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, tie_word_embeddings=True,
+                         max_position_embeddings=1024, tie_word_embeddings=True,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                          bos_token_id=tokenizer.eos_token_id, initializer_range=init_std)
     model = Qwen2ForCausalLM(config)

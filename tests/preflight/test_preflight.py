@@ -287,7 +287,8 @@ def test_a_recipe_that_cannot_fit_is_an_error_naming_the_knob(tmp_path, capsys):
 def test_under_zero3_the_reference_is_sharded_like_the_policy(tmp_path, capsys):
     raw = yaml.safe_load((REPO / "recipes/r1_zero_qwen2.5_math_7b.yaml").read_text())
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw), "--ranks", "8", "--gpu-memory", "H100-80GB"])
-    assert code == 0, out
+    # offline the hub model is an error (and the run folder's disk may be too small); the estimate runs all the same
+    assert "error   model: model.name='Qwen/Qwen2.5-Math-7B': not a local folder" in out, out
     assert re.search(r"reference weights \(fp32, ZeRO-3 / 8 ranks\) +3.55 GiB", out)  # 4 x 7.62e9 / 8
     assert re.search(r"peak \(generation\) +42.99 GiB", out)  # as the recipe's header says
 
