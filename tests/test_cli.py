@@ -68,7 +68,7 @@ def test_dataset_problems(tiny, tmp_path, capsys):
     no_answer.write_text('{"question": "1+1=?", "answer": "2"}\n{"question": "2+2=?"}\n')
     recipe = _write(tmp_path, tiny_recipe(tiny[0], no_answer))
     err = _error(capsys, ["train", recipe, "-o", str(tmp_path / "run")])
-    assert "row 1 has no 'answer' field (data.answer_field); its fields are ['question']" in err
+    assert f"{no_answer}:2 has no 'answer' field (data.answer_field); its fields are ['question']" in err
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": "1+1=?", "answer": "2"}\n{not json\n')
     recipe = _write(tmp_path, tiny_recipe(tiny[0], broken))
