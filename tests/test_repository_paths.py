@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The workplace's folders (the checkout, its worktrees and the folder beside it) and this checkout's own path.
-MACHINE_PATHS = re.compile(r"/work/[A-Za-z0-9_.-]+|" + re.escape(str(ROOT)) + r"(?![A-Za-z0-9_.-])")
+# The workplace's folders (the checkout, its worktrees and the folder beside it) and this checkout's own path; the
+# root folder's name is assembled so that this file does not name it itself.
+WORKPLACE = "/" + "work" + "/"
+MACHINE_PATHS = re.compile(re.escape(WORKPLACE) + r"[A-Za-z0-9_.-]+|" + re.escape(str(ROOT)) + r"(?![A-Za-z0-9_.-])")
 
 
 def _tracked_files() -> list[Path]:
@@ -38,6 +40,6 @@ def test_no_tracked_file_names_an_absolute_machine_path() -> None:
 
 
 def test_the_pattern_finds_a_machine_path() -> None:
-    assert MACHINE_PATHS.search('CASES = Path("' + "/work" + '/shared/cases/math_dev.jsonl")')
+    assert MACHINE_PATHS.search('CASES = Path("' + WORKPLACE + 'shared/cases/math_dev.jsonl")')
     assert MACHINE_PATHS.search(f"see {ROOT}/README.md")
     assert not MACHINE_PATHS.search("open('/root/.ssh/id_rsa')")  # a sandbox test's hostile target
