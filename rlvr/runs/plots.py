@@ -1,5 +1,5 @@
 """PNG plots of the curves people look at: reward, solve rate, response length, KL, entropy, clip fraction (each
-where the run logs it)."""
+where the run logs it); for runs with tools, the tool use (``plots/tools.png``)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,17 @@ PANELS: list[tuple[str, str, list[str]]] = [  # (title, y-axis label, metric key
     ("entropy", "nats/token", ["train/entropy"]),
     ("clip fraction", "fraction of tokens", ["train/clip_fraction"]),
 ]
-ZERO_MEANS_ABSENT = {"train/kl", "train/clip_fraction"}
+TOOL_PANELS: list[tuple[str, str, list[str]]] = [  # the tools figure: same layout as PANELS
+    ("samples calling the tool", "fraction of samples", ["tools/fraction_of_samples_calling"]),
+    ("tool error rate", "fraction of calls", ["tools/error_rate"]),
+    ("calls and turns", "per sample", ["tools/calls_per_sample", "tools/turns_per_sample"]),
+    ("tool timeouts", "timed-out calls per step", ["tools/timeouts"]),
+]
+ZERO_MEANS_ABSENT = {"train/kl", "train/clip_fraction", "tools/timeouts"}
 """Series that are 0 at every step when the run has no such term (no KL penalty; no clipping, e.g. one on-policy
-epoch): left out, not drawn as a flat line."""
+epoch; no tool call that timed out): left out, not drawn as a flat line."""
+UNIT_INTERVAL = {"fraction of samples", "fraction of calls"}
+"""Panels (by y-axis label) drawn on a 0-1 axis, so that a rate near 1 or near 0 reads as such."""
 
 
 def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -39,9 +47,22 @@ def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "") 
     """Write a grid of the curves the run logged to ``out_path`` (PNG): one panel per logged quantity (none for what
     the run does not log), evals as points (joined only from three evals on), integer steps, labelled axes.
     Returns the path, or None when there is nothing to plot."""
+    return _plot_panels(records, PANELS, out_path, title)
+
+
+def plot_tools(records: list[dict[str, Any]], out_path: Path, title: str = "") -> Path | None:
+    """Write the tool use of a run with tools to ``out_path`` (PNG), one panel each, from the ``tools/*`` metrics of
+    ``metrics.jsonl`` records: the fraction of samples calling a tool, the tool error rate (failed calls over
+    calls), calls and turns per sample, and timed-out calls per step (only when some call timed out).
+    Returns the path, or None (nothing written) when no record holds ``tools/*`` metrics: a run without tools."""
+    return _plot_panels(records, TOOL_PANELS, out_path, title)
+
+
+def _plot_panels(records: list[dict[str, Any]], spec: list[tuple[str, str, list[str]]], out_path: Path,
+                 title: str) -> Path | None:
     from matplotlib.ticker import MaxNLocator
 
-    panels = [(name, ylabel, series) for name, ylabel, keys in PANELS
+    panels = [(name, ylabel, series) for name, ylabel, keys in spec
               if (series := [(key, pts) for key in keys if (pts := _series(records, key))])]
     if not panels:
         return None
@@ -59,6 +80,8 @@ def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "") 
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
+        if ylabel in UNIT_INTERVAL:
+            ax.set_ylim(-0.03, 1.03)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -53,7 +53,7 @@ from rlvr.runs import checkpoint as ckpt
 from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.evaluation import EvalResult, run_eval
 from rlvr.runs.metrics import MetricsLogger, check_metrics_before_resume, read_metrics
-from rlvr.runs.plots import plot_curves
+from rlvr.runs.plots import plot_curves, plot_tools
 from rlvr.runs.recipe_inputs import open_recipe_inputs
 from rlvr.runs.tool_rollouts import ToolSampler
 from rlvr.tools.loading import build_tool_environment
@@ -328,6 +328,8 @@ class RLTrainer:
                         title=f"{self.recipe.model.name} | {self.run_dir.name}")
             plot_curriculum(records, self.run_dir / "plots" / "curriculum.png",
                             title=f"{self.recipe.model.name} | {self.run_dir.name}")
+            plot_tools(records, self.run_dir / "plots" / "tools.png",
+                       title=f"{self.recipe.model.name} | {self.run_dir.name}")
 
     def _report_rollout_logprob_check(self, train_metrics: dict[str, float]) -> None:
         """First step: say how far the rollout engine's log-probs are from the trainer's on the same tokens (before
