@@ -102,17 +102,20 @@ def _fmt_statuses(statuses: dict[str, int]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
 
 
-def report(args: argparse.Namespace, backends: list[str], skipped: dict[str, str], timed: dict, hostile: dict,
-           load_start: float, load_end: float, seconds: float) -> str:
+def report(args: argparse.Namespace, backends: list[str], skipped: dict[str, str], warm: dict, timed: dict,
+           hostile: dict, load_start: float, load_end: float, seconds: float) -> str:
     """The markdown report of one invocation."""
+    command = " ".join(["python benchmarks/bench_tool_calls.py", *sys.argv[1:]])
     lines = ["# Python tool calls through the sandbox", "",
-             f"Written by `python benchmarks/bench_tool_calls.py {' '.join(sys.argv[1:])}`: {stamp()}; "
+             f"Written by `{command}`: {stamp()}; "
              f"{os.cpu_count()} cores, shared with other jobs (1-minute load average {load_start:.1f} before, "
              f"{load_end:.1f} after); {seconds:.0f} s in all.", "",
              f"The built-in `python` tool's `run_batch` (one `run_many` over the warm pool, as a rollout runs the calls "
              f"of a turn) on the demo model's kind of code (`print(64 + 780 - 33 - 436)`), time limit {TIME_S:g} s. "
              f"{args.reps} repetitions, batch sizes and backends alternated; medians over repetitions (min-max of the "
-             "calls/s in brackets). A batch's wall time is what each of its calls waits.", ""]
+             "calls/s in brackets). A batch's wall time is what each of its calls waits. First batch of 64 of the "
+             "process (starts the pool, not counted): "
+             + ", ".join(f"{name} {warm[name]['wall_s']:.2f} s" for name in backends) + ".", ""]
     for name, why in skipped.items():
         lines.append(f"- {name}: skipped, {why}")
     if skipped:
@@ -164,10 +167,11 @@ def main() -> None:
     for name, why in skipped.items():
         print(f"{name}: skipped ({why})", flush=True)
     tools = {name: PythonTool(time_s=TIME_S, backend=name) for name in backends}
+    warm = {}
     for name in backends:  # warm the pool: containers / drivers started once, as in a training run
-        warm = time_batch(tools[name], *demo_calls(64, seed=999))
-        print(f"{name}: warm-up batch of 64 in {warm['wall_s']:.2f} s ({_fmt_statuses(warm['statuses'])})",
-              flush=True)
+        warm[name] = time_batch(tools[name], *demo_calls(64, seed=999))
+        print(f"{name}: warm-up batch of 64 in {warm[name]['wall_s']:.2f} s "
+              f"({_fmt_statuses(warm[name]['statuses'])})", flush=True)
     timed: dict[tuple[str, int], list[dict]] = {(b, s): [] for b in backends for s in args.sizes}
     for rep in range(args.reps):
         for name in backends if rep % 2 == 0 else backends[::-1]:
@@ -184,7 +188,7 @@ def main() -> None:
             r = time_batch(tools[name], arguments, expected)
             hostile[name].append(r)
             print(f"hostile {name}: {r['wall_s']:.2f} s ({_fmt_statuses(r['statuses'])})", flush=True)
-    text = report(args, backends, skipped, timed, hostile, load_start, _load(), time.perf_counter() - t0)
+    text = report(args, backends, skipped, warm, timed, hostile, load_start, _load(), time.perf_counter() - t0)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
