@@ -506,9 +506,12 @@ class TrainerConfig(_Section):
     cpu}}}`` (ZeRO-3 parameter offload) or ``{zero_optimization: {stage3_param_persistence_threshold: 0}}``."""
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     """Compute precision of rollouts and forward passes (``bf16`` = autocast; log-probs, losses and master weights
-    stay fp32). ``auto``: bf16 on CUDA devices that support it and on CPUs with native bf16 matmul (AVX512_BF16 or
-    AMX), fp32 elsewhere: emulated bf16 on an AVX2-only CPU is ~20x slower than fp32 (``rlvr/models/precision.py``). The
-    choice and its reason are printed once at start."""
+    stay fp32); ``bf16`` or ``fp32`` is both training and generation. ``auto``: on CUDA, bf16 where the device supports
+    it; on a CPU without native bf16 matmul (no AVX512_BF16 or AMX), fp32 (emulated bf16 is ~20x slower); on a CPU
+    with it, each stage by a ~1-2 s measurement cached per machine under ``$RLVR_CACHE`` (training from a matmul of
+    the model's shape, generation from a decode-shaped one): bf16 where it is at least 1.10x as fast as fp32, so a CPU
+    may train in fp32 and generate in bf16 (``rlvr/models/precision.py``, ``docs/performance.md``). The choice and
+    the figures are printed once at start."""
     save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0 = only at the end)."""
     keep_checkpoints: int = Field(2, ge=1)

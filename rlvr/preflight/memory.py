@@ -49,11 +49,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.config import Recipe
 from rlvr.preflight.devices import GIB, DeviceMemory
 from rlvr.preflight.model_shape import ModelShape
+
+if TYPE_CHECKING:
+    from rlvr.models.precision import PrecisionChoice
 
 CUDA_OVERHEAD_BYTES = int(1.5 * GIB)
 ASSUMED_PROMPT_TOKENS = 512
@@ -129,23 +132,45 @@ def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
     return held
 
 
-def compute_bytes(recipe: Recipe, device_kind: str) -> int:
-    """Bytes of an activation in the compute dtype: 2 under bf16 autocast, 4 in fp32, as ``trainer.precision``
-    resolves: ``auto`` is bf16 on a GPU and on a CPU with native bf16 (:func:`rlvr.models.precision.cpu_native_bf16`,
-    the
-    trainer's own test), fp32 on other CPUs. Recipes with the old ``trainer.bf16`` switch are read by it."""
+def compute_bytes(recipe: Recipe, device_kind: str, shape: ModelShape | None = None) -> tuple[int, int, str | None]:
+    """Bytes of an activation in each stage's dtype, ``(training, generation)``: 2 in bf16, 4 in fp32, as
+    ``trainer.precision`` resolves (:func:`rlvr.models.precision.choose_precision`): ``auto`` is bf16 on a GPU, fp32 on
+    a CPU without native bf16, and on a CPU with native bf16 what its cached measurement chose per stage (measured now,
+    ~1-2 s, under ``trainer.num_threads``, where this CPU has none cached for ``shape``). Recipes with the old
+    ``trainer.bf16`` switch are read by it. The third item is the measured choice's line, else ``None``."""
     precision = _key(recipe, "trainer.precision")
     if precision is None:
-        return 2 if getattr(recipe.trainer, "bf16", True) else 4
-    if precision == "auto":
-        return 2 if device_kind != "cpu" or _cpu_native_bf16() else 4
-    return 4 if precision == "fp32" else 2
+        act = 2 if getattr(recipe.trainer, "bf16", True) else 4
+        return act, act, None
+    if precision == "auto" and device_kind == "cpu":
+        if not _cpu_native_bf16():
+            return 4, 4, None
+        choice = _measured_cpu_choice(recipe, shape)
+        return (2 if choice.name == "bf16" else 4), (2 if choice.generation == "bf16" else 4), choice.reason
+    act = 4 if precision == "fp32" else 2
+    return act, act, None
 
 
 def _cpu_native_bf16() -> bool:
     from rlvr.models.precision import cpu_native_bf16
 
     return cpu_native_bf16()[0]
+
+
+def _measured_cpu_choice(recipe: Recipe, shape: ModelShape | None) -> PrecisionChoice:
+    """``auto``'s choice on this CPU for the policy's shape, with the run's thread count (a run measures under
+    ``trainer.num_threads``, and the cache is keyed by it)."""
+    import torch
+
+    from rlvr.models.precision import choose_precision
+
+    threads = torch.get_num_threads()
+    if recipe.trainer.num_threads:
+        torch.set_num_threads(recipe.trainer.num_threads)
+    try:
+        return choose_precision("auto", "cpu", (shape.hidden, shape.intermediate) if shape is not None else None)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)
@@ -238,9 +263,9 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
         KeyError: a role the recipe holds without its shape in ``shapes``.
     """
     r, z, gpu = recipe, recipe.trainer.zero_stage, device.kind == "gpu"
-    act = compute_bytes(recipe, device.kind)
+    act, gen_act, measured = compute_bytes(recipe, device.kind, shapes["policy"])
     parts: list[Part] = []
-    notes: list[str] = []
+    notes: list[str] = [f"({measured})"] if measured else []
     host = 0.0
     for role, name, trained in held_models(r):
         shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
@@ -326,12 +351,14 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
             kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
     elif engine == "hf":
         seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
-        # on a CPU with native bf16 the generation copy's linear layers also hold oneDNN-packed weights
-        # (rollout.packed_linear.packing_supported: not where bf16 is forced on a CPU that emulates it)
-        packed = casts if casts and not gpu and _cpu_native_bf16() else 0.0
+        # a bf16 generation copy of the fp32 weights; on a CPU with native bf16 its linear layers also hold
+        # oneDNN-packed weights (rollout.packed_linear.packing_supported: not where bf16 is forced on a CPU that
+        # emulates it)
+        copy = 2 * policy.params / (ranks if z == 3 else 1) if gen_act == 2 else 0.0  # ZeRO-3: autocast's casts
+        packed = copy if copy and not gpu and _cpu_native_bf16() else 0.0
         parts.append(Part(f"hf generation KV cache ({seqs} sequences x {seq} tokens)"
-                          f"{' + bf16 weight copy' if casts else ''}{' + its packed weights' if packed else ''}",
-                          seqs * seq * policy.kv_bytes_per_token * act / 2 + casts + packed, "generate",
+                          f"{' + bf16 weight copy' if copy else ''}{' + its packed weights' if packed else ''}",
+                          seqs * seq * policy.kv_bytes_per_token * gen_act / 2 + copy + packed, "generate",
                           "rollout.generation_batch_size"))
     if gpu:
         parts.append(Part("CUDA context + allocator slack", CUDA_OVERHEAD_BYTES, "resident", ""))

@@ -117,9 +117,11 @@ def with_chosen_engine(recipe: "Recipe", model_path: str, *, announce: bool = Tr
 
 
 def build_rollout_engine(recipe: "Recipe", model: Any, tokenizer: Any, eos_ids: Any,
-                         autocast_dtype: Any = None) -> Any:
+                         generation_dtype: Any = None) -> Any:
     """The engine ``rollout.engine`` names (``hf`` or ``vllm``; resolve ``auto`` first with :func:`with_chosen_engine`)
-    over ``model``: the one place either engine is built, for training and for sampling alike.
+    over ``model``: the one place either engine is built, for training and for sampling alike. ``generation_dtype``
+    is the ``hf`` engine's (``PrecisionChoice.generation_dtype``: a bf16 generation copy of fp32 weights, or ``None``
+    to generate with the weights as they are); vLLM takes its dtype from the same choice.
 
     Raises:
         ImportError: ``vllm`` asked for but not installed.
@@ -128,7 +130,7 @@ def build_rollout_engine(recipe: "Recipe", model: Any, tokenizer: Any, eos_ids: 
         from rlvr.rollout.hf import HFRolloutEngine
 
         return HFRolloutEngine(model, tokenizer, eos_ids, batch_size=recipe.rollout.generation_batch_size,
-                               autocast_dtype=autocast_dtype)
+                               autocast_dtype=generation_dtype)
     from rlvr.rollout.vllm_engine import VLLMRolloutEngine  # optional dependency
 
     return VLLMRolloutEngine.from_recipe(recipe, model, tokenizer, eos_ids)

@@ -45,7 +45,8 @@ class HFRolloutEngine:
         model: the HF causal LM (unwrapped; the same object the trainer optimises).
         tokenizer: for its pad id. eos_ids: every id that ends a response.
         batch_size: sequences per ``generate`` call (a memory knob).
-        autocast_dtype: e.g. ``torch.bfloat16``; ``None`` = the model's own dtype.
+        autocast_dtype: the generation dtype, e.g. ``torch.bfloat16`` (``PrecisionChoice.generation_dtype``: it may
+            be bf16 while training runs in fp32); ``None`` = the model's own dtype.
         generation_copy: generate with a copy of the weights in ``autocast_dtype`` (see the module docstring);
             ``None`` = whenever ``autocast_dtype`` differs from the parameters' dtype and they are not ZeRO-3
             partitions. The copy costs ``autocast_dtype``-sized memory for the weights (270 MB for 135M in bf16).

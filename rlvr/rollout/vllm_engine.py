@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlvr.models.lora import is_lora_model, merged_weights
-from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.models.precision import announce_precision, choose_precision, matmul_shape
 from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
 
@@ -142,7 +142,7 @@ class VLLMRolloutEngine:
         from rlvr.models.loading import resolve_model_path
 
         ro, cuda = recipe.rollout, torch.cuda.is_available()
-        precision = choose_precision(recipe.trainer.precision, "cuda" if cuda else "cpu")
+        precision = choose_precision(recipe.trainer.precision, "cuda" if cuda else "cpu", matmul_shape(model))
         announce_precision(precision)
         dtype_name = precision.vllm_dtype
         kwargs: dict[str, Any] = dict(

@@ -16,7 +16,7 @@ from rlvr.config import Recipe
 from rlvr.data.prompts import PromptSet, build_prompt_set
 from rlvr.data.sources import load_rows
 from rlvr.models.loading import eos_token_ids, load_causal_lm, load_tokenizer, resolve_model_path
-from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.models.precision import announce_precision, choose_precision, matmul_shape
 from rlvr.preflight import CheckOptions, print_run_findings, run_checks
 from rlvr.runs.verifier_inputs import check_verifier_kwargs, open_reward_pool, verifier_specs
 from rlvr.verifiers.registry import get_verifier
@@ -85,9 +85,9 @@ def load_sampling_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any
     recipe = with_chosen_engine(recipe, model_path)
     model = load_causal_lm(model_path, recipe.model).eval()
     eos = eos_token_ids(model, tokenizer)
-    autocast_dtype = None
+    generation_dtype = None
     if recipe.rollout.engine == "hf":  # vLLM picks its own dtype from the same choice
-        precision = choose_precision(recipe.trainer.precision, next(model.parameters()).device)
+        precision = choose_precision(recipe.trainer.precision, next(model.parameters()).device, matmul_shape(model))
         announce_precision(precision)
-        autocast_dtype = precision.autocast_dtype
-    return build_rollout_engine(recipe, model, tokenizer, eos, autocast_dtype)
+        generation_dtype = precision.generation_dtype  # sampling only: the generation stage's dtype
+    return build_rollout_engine(recipe, model, tokenizer, eos, generation_dtype)

@@ -34,6 +34,7 @@ import math
 import os
 import random
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ from rlvr.curriculum import Curriculum
 from rlvr.curriculum.plot import plot_curriculum
 from rlvr.models.loading import eos_token_ids, load_causal_lm
 from rlvr.models.lora import apply_lora
-from rlvr.models.precision import announce_precision, choose_precision
+from rlvr.models.precision import PrecisionChoice, announce_precision, choose_precision, matmul_shape
 from rlvr.preflight import CheckOptions
 from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
 from rlvr.runs import checkpoint as ckpt
@@ -148,7 +149,7 @@ class RLTrainer:
             if r.model.lora is not None:  # adapters train, the base weights stay frozen (rlvr.models.lora)
                 self.model = apply_lora(self.model, r.model.lora, base_name=r.model.name).to(self.dist.device)
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
-        self.precision = choose_precision(r.trainer.precision, self.dist.device)
+        self.precision = self._choose_precision()
         if self.dist.is_main:
             announce_precision(self.precision)
         self.autocast_dtype = self.precision.autocast_dtype
@@ -177,7 +178,7 @@ class RLTrainer:
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or build_rollout_engine(
-                r, self.model, self.tokenizer, self.eos_ids, self.autocast_dtype)
+                r, self.model, self.tokenizer, self.eos_ids, self.precision.generation_dtype)
         self.tools: ToolSampler | None = None
         if self.tool_env is not None:  # rollout.tools: multi-turn rollouts on the same engine
             self.tools = ToolSampler(self.rollout_engine, self.tokenizer, self.tool_env, data=r.data,
@@ -205,6 +206,17 @@ class RLTrainer:
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
+
+    def _choose_precision(self) -> PrecisionChoice:
+        """``trainer.precision`` resolved for this rank's device and the policy's shape. ``auto`` on CPU ranks is
+        measured on rank 0 once and broadcast, so every rank trains and generates in the same precision."""
+        r = self.recipe
+        choose = partial(choose_precision, r.trainer.precision, self.dist.device, matmul_shape(self.model))
+        if self.dist.world_size == 1 or self.dist.device.type != "cpu" or r.trainer.precision != "auto":
+            return choose()
+        box = [choose() if self.dist.is_main else None]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
 
     def _labels(self) -> Any:
         seen: dict[str, int] = {}

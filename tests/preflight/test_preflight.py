@@ -237,6 +237,30 @@ def test_memory_by_zero_stage_offload_and_reference_by_hand():
     assert ref["reference weights"] == 4 * n
 
 
+@pytest.mark.parametrize("training,generation", [("fp32", "bf16"), ("bf16", "fp32"), ("fp32", "fp32")])
+def test_memory_on_a_cpu_follows_the_measured_choice_per_stage(monkeypatch, training, generation):
+    """``auto`` on a CPU with native bf16: the activations in the training choice's dtype, the ``hf`` engine's bf16
+    weight copy only where generation is bf16, and the choice's line under the table."""
+    from rlvr.models.precision import PrecisionChoice
+    from rlvr.preflight import memory
+
+    monkeypatch.setattr(memory, "_cpu_native_bf16", lambda: True)
+    line = f"precision auto: training {training}, generation {generation} (test figures)"
+    monkeypatch.setattr(memory, "_measured_cpu_choice", lambda recipe, shape: PrecisionChoice(training, line,
+                                                                                                generation))
+    cpu = DeviceMemory("test host", 64 * GIB, "cpu")
+    est = estimate_memory(_recipe(), {"policy": SHAPE}, cpu, ranks=1, max_prompt_tokens=32)
+    parts = _parts(est)
+    act = 2 if training == "bf16" else 4
+    assert parts["activations"] == 4 * 128 * 2 * block_activation_bytes_per_token(SHAPE, act)
+    assert ("bf16 weight casts cached by autocast" in parts) == (training == "bf16")
+    hf = next(p for p in est.parts if p.name.startswith("hf generation KV cache"))
+    copy = 2 * SHAPE.params if generation == "bf16" else 0
+    assert hf.bytes == 8 * 8 * 128 * SHAPE.kv_bytes_per_token * (2 if generation == "bf16" else 4) / 2 + 2 * copy
+    assert ("bf16 weight copy + its packed weights" in hf.name) == (generation == "bf16")
+    assert f"({line})" in est.table()
+
+
 def test_adding_a_model_to_the_estimate_is_one_line(monkeypatch):
     from rlvr.preflight import memory
 

@@ -76,6 +76,62 @@ def test_kl_to_reference_is_zero_before_the_first_update(tiny, tmp_path):
     assert m[1]["train/kl"] > 1e-4  # and drifts after one update
 
 
+def test_auto_precision_can_train_in_fp32_and_generate_from_a_bf16_copy(tiny, tmp_path, monkeypatch):
+    """``trainer.precision: auto`` where the CPU measured fp32 faster for training and bf16 for decoding (the
+    measurement mocked): forwards and update without autocast, sampling from a bf16 copy refreshed after the update."""
+    import torch
+
+    from rlvr.models import precision
+    from rlvr.models.precision import PrecisionChoice
+    from rlvr.trainer import trainer as trainer_module
+
+    asked = []
+
+    def split(requested, device, shape=None):
+        asked.append((requested, torch.device(device).type, shape))
+        return PrecisionChoice("fp32", "precision auto: training fp32, generation bf16 (mocked)", "bf16")
+    monkeypatch.setattr(trainer_module, "choose_precision", split)
+    # the pre-flight memory estimate resolves auto too: on a CPU with native bf16 it would measure (mocked here)
+    monkeypatch.setattr(precision, "measure_matmuls", lambda train_shape, decode_shape: (
+        {"fp32": 1.0, "bf16": 2.0}, {"fp32": 2.0, "bf16": 1.0}))
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "_CALIBRATIONS", {})
+    trainer, _ = _train(tiny_recipe(*tiny, trainer={"steps": 1, "precision": "auto"}), tmp_path / "run")
+    config = trainer.model.config
+    assert asked == [("auto", "cpu", (config.hidden_size, config.intermediate_size))]
+    assert trainer.autocast_dtype is None and trainer.policy.autocast_dtype is None
+    copy = trainer.rollout_engine.generation_model
+    assert copy is not trainer.model and {p.dtype for p in copy.parameters()} == {torch.bfloat16}
+    for name, weight in copy.named_parameters():  # the copy holds the updated weights
+        assert torch.equal(weight, dict(trainer.model.named_parameters())[name].detach().bfloat16()), name
+    m = read_metrics(tmp_path / "run")[0]
+    assert m["train/rollout_logprob_diff_mean"] < 0.1  # bf16 sampling vs fp32 training: numerics only
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_cpu_ranks_take_rank_0s_measured_precision(monkeypatch, rank):
+    """Several CPU ranks: only rank 0 measures ``auto``, and every rank takes its choice (a broadcast)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from rlvr.models.precision import PrecisionChoice
+    from rlvr.trainer import trainer as trainer_module
+
+    rank0 = PrecisionChoice("fp32", "rank 0's measurement", "bf16")
+    measured = []
+    monkeypatch.setattr(trainer_module, "choose_precision", lambda *args: measured.append(args) or rank0)
+
+    def broadcast(box, src):
+        assert src == 0 and box == ([rank0] if rank == 0 else [None])
+        box[0] = rank0
+    monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast)
+    fake = SimpleNamespace(recipe=SimpleNamespace(trainer=SimpleNamespace(precision="auto")), model=None,
+                           dist=SimpleNamespace(world_size=2, is_main=rank == 0, device=torch.device("cpu")))
+    assert trainer_module.RLTrainer._choose_precision(fake) is rank0
+    assert len(measured) == (1 if rank == 0 else 0)
+
+
 def test_zero_stage_2_with_epochs_and_mini_batches(tiny, tmp_path):
     raw = tiny_recipe(*tiny, trainer={"steps": 2, "zero_stage": 2},
                       algorithm={"ppo_epochs": 2, "mini_batches": 2}, optim={"micro_batch_size": 4})
