@@ -28,7 +28,7 @@ def recipe_changes(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
 
 
-AUTO_KEYS = ("rollout.engine", "trainer.precision")
+AUTO_KEYS = ("rollout.engine", "trainer.precision", "model.lora.vllm_adapter", "algorithm.critic.lora.vllm_adapter")
 """Keys whose ``auto`` value is resolved at start; on resume, ``auto`` matches whatever the run resolved it to."""
 
 RESTORED_FROM_CHECKPOINT = ("optim.lr", "optim.betas", "optim.weight_decay")

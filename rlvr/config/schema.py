@@ -46,9 +46,15 @@ class LoraConfig(_Section):
         "all-linear", description="Which linear layers get adapters: 'all-linear' (every linear layer but the output "
                                   "layer) or a list of module names (the last part of a name, e.g. q_proj, v_proj); "
                                   "an unknown name is an error that lists the model's linear layers.")
-    vllm_adapter: Literal["merged"] = Field(
-        "merged", description="How rollout.engine=vllm gets the policy after each update: 'merged' reloads the merged "
-                              "weights (base + B A alpha / rank) with reload_weights.")
+    vllm_adapter: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="How rollout.engine=vllm gets the policy after each update: 'adapter' loads the adapter "
+                            "alone (vLLM started with enable_lora and max_lora_rank = the rank rounded up to one vLLM "
+                            "accepts; a new LoRARequest per update; the base weights are never reloaded); 'merged' "
+                            "reloads the merged weights (base + B A alpha / rank) with reload_weights; 'auto' is "
+                            "'adapter' on a GPU where vLLM can serve it (the rank, the adapted modules, LoRA support "
+                            "on the platform), else 'merged' (also on vLLM's CPU backend, whose LoRA layers slow "
+                            "generation more than the smaller sync saves), with one line saying why. The way used is "
+                            "printed at start. 'adapter' where vLLM cannot serve the adapter is an error.")
 
     @model_validator(mode="after")
     def _validate_targets(self) -> "LoraConfig":

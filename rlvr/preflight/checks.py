@@ -16,7 +16,7 @@ from rlvr.preflight.batch import check_batch
 from rlvr.preflight.devices import DeviceMemory, local_device_memory
 from rlvr.preflight.disk import check_disk
 from rlvr.preflight.gold import check_gold
-from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, lora_params
+from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, trained_params
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.sandbox_check import check_sandbox
@@ -124,9 +124,9 @@ def _check_memory(report: Report, recipe: Recipe, options: CheckOptions, model_p
         report.add("skip", "memory", str(exc))
         return
     critic = shapes.get("critic")
-    policy = shapes["policy"]  # what a checkpoint holds of it: LoRA saves the adapters alone
-    saved = lora_params(policy, recipe.model.lora) if recipe.model.lora is not None else policy.params
-    check_disk(report, recipe, options.run_dir or Path("runs"), saved, critic.params if critic is not None else 0)
+    policy = shapes["policy"]  # what a checkpoint holds of it: LoRA saves the adapters alone (a critic, its head too)
+    check_disk(report, recipe, options.run_dir or Path("runs"), trained_params(policy, recipe, "policy"),
+               trained_params(critic, recipe, "critic") if critic is not None else 0)
     if prompt_set is not None and _check_context(report, recipe, shapes["policy"].max_positions, prompt_set, rows):
         return  # a prompt past the context: that, not the memory it would take, is the problem
     longest = max((len(p.token_ids) for p in prompt_set.train), default=None) if prompt_set else None

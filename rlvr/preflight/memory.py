@@ -27,7 +27,8 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
 - with ``model.lora``: the policy's base weights frozen (4N, no gradient, no Adam state), gradients and Adam moments
   for the adapters only (:func:`lora_params`), and no reference copy (the reference is the policy with its adapters
-  off).
+  off). A LoRA critic (``algorithm.critic.lora``, by default the policy's) likewise: its trunk frozen, gradients and
+  Adam moments for its adapters and scalar head (:func:`trained_params`).
 
 Peak = resident (models and optimizer states) + the larger of the training and the generation phase; an error when it
 exceeds the device, a warning above 90%. Measured on a CPU (SmolLM2-135M, 4 x 128 tokens, bf16 autocast), the bytes
@@ -120,6 +121,28 @@ def lora_params(shape: ModelShape, lora: Any) -> int:
             "up_proj": (d, i), "down_proj": (i, d)}
     names = dims if lora.target_modules == "all-linear" else [n for n in lora.target_modules if n in dims]
     return shape.layers * sum(lora.rank * sum(dims[n]) for n in names)
+
+
+def trained_lora(recipe: Recipe, role: str) -> Any:
+    """The adapters a trained model of ``role`` takes (a ``LoraConfig``), or ``None`` when its every weight trains:
+    the policy's ``model.lora``; PPO's critic's ``algorithm.critic.lora``, ``policy`` meaning ``model.lora`` (as
+    :func:`rlvr.trainer.critic.critic_lora` reads it); other roles are never trained with adapters."""
+    if role == "policy":
+        return recipe.model.lora
+    if role == "critic":
+        lora = recipe.algorithm.critic.lora
+        return recipe.model.lora if lora == "policy" else lora
+    return None
+
+
+def trained_params(shape: ModelShape, recipe: Recipe, role: str) -> int:
+    """Parameters of a trained model of ``role`` that have gradients and Adam moments: all of ``shape`` without
+    LoRA; with it the adapters (:func:`lora_params`), plus a critic's scalar head trained whole beside them
+    (``hidden`` weights: Llama/Qwen2 sequence-classification heads have no bias)."""
+    lora = trained_lora(recipe, role)
+    if lora is None:
+        return shape.params
+    return lora_params(shape, lora) + (shape.hidden if role == "critic" else 0)
 
 
 def held_models(recipe: Recipe) -> list[tuple[str, str, bool]]:
@@ -278,14 +301,17 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
                               4 * n / (ranks if z == 3 else 1), "resident",
                               knob if z == 3 else f"{knob}, or trainer.zero_stage: 3 (shards it)"))
             continue
-        if role == "policy" and r.model.lora is not None:  # frozen base weights; gradients and Adam for adapters only
-            adapters = lora_params(shape, r.model.lora)
+        lora = trained_lora(r, role)
+        if lora is not None:  # frozen base weights; gradients and Adam for the adapters (and a critic's head) only
+            adapters = trained_params(shape, r, role)
             parts.append(Part(f"{role} frozen base weights (fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
                               4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))
             notes.append(f"(LoRA: {adapters / 1e6:.1f}M adapter parameters train; the base's {n / 1e9:.2f}B stay "
-                         f"frozen, and the reference is the policy with its adapters off)")
+                         f"frozen, and the reference is the policy with its adapters off)" if role == "policy" else
+                         f"(LoRA {role}: {adapters / 1e6:.2f}M parameters train, its adapters and scalar head; the "
+                         f"trunk's {n / 1e9:.2f}B stay frozen)")
             n = adapters
-        parts.append(Part(f"{role} {'adapter ' if role == 'policy' and r.model.lora is not None else ''}weights "
+        parts.append(Part(f"{role} {'adapter ' if lora is not None else ''}weights "
                           f"(fp32{', ZeRO-3 / %d ranks' % ranks if z == 3 else ''})",
                           4 * n / (ranks if z == 3 else 1), "resident", "trainer.zero_stage: 3 (shards weights)"))
         parts.append(Part(f"{role} gradients (fp32{', ZeRO-%d / %d ranks' % (z, ranks) if z >= 2 else ''})",

@@ -4,11 +4,14 @@ Each rank (``torchrun``/``deepspeed`` launcher, or a plain single process) owns 
 device; it samples that rank's share of the prompts. After each optimizer step :meth:`VLLMRolloutEngine.sync_weights`
 streams the trainer's weights into it with ``llm.collective_rpc("reload_weights", kwargs={"weights_iterator": ...})``
 (vLLM's in-place reload, which re-runs the kernel-format weight processing; no restart), gathering ZeRO-3 partitions
-a chunk at a time. On GPU with ``rollout.vllm_sleep_mode`` the engine sleeps while the trainer runs (level 1: weights
-offloaded to CPU memory, KV cache freed), wakes its weights for the reload and its KV cache for the next generation.
-Level 1 rather than 2 because a step may generate several times before the next reload (dynamic sampling rounds, an
-eval before the first step): discarded weights would then be garbage. The price is one CPU copy of the weights per
-rank (15 GB for a 7B model in bf16).
+a chunk at a time. A LoRA policy's adapter is loaded alone instead where vLLM can serve it (``enable_lora``, a new
+``LoRARequest`` per update, the base weights never touched; :mod:`rlvr.rollout.vllm_lora`), else its merged weights
+are reloaded; ``model.lora.vllm_adapter`` chooses, and the way used is printed once at start. On GPU with
+``rollout.vllm_sleep_mode`` the engine sleeps while the trainer runs (level 1: weights offloaded to CPU memory, KV
+cache freed), wakes its weights for the reload and its KV cache for the next generation. Level 1 rather than 2
+because a step may generate several times before the next reload (dynamic sampling rounds, an eval before the first
+step): discarded weights would then be garbage. The price is one CPU copy of the weights per rank (15 GB for a 7B
+model in bf16).
 
 Returned log-probs are vLLM's ``processed_logprobs`` of the sampled tokens: log softmax of logits / temperature. With
 ``top_p < 1`` or ``top_k > 0`` vLLM renormalises over the kept tokens first, while the trainer's log-probs use the full
@@ -36,6 +39,14 @@ import torch
 from rlvr.models.lora import is_lora_model, merged_weights
 from rlvr.models.precision import announce_precision, choose_precision, matmul_shape
 from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.vllm_lora import (
+    AdapterFolders,
+    LoraSyncChoice,
+    choose_lora_sync,
+    policy_targets,
+    servable_modules,
+    vllm_lora_ranks,
+)
 from rlvr.rollout.weight_sync import SyncWatchdog, iter_full_weights
 
 if TYPE_CHECKING:
@@ -109,11 +120,13 @@ class VLLMRolloutEngine:
         rank: this process's rank (named in errors).
         max_model_len: prompt + response tokens the engine accepts (checked before generating).
         gather_chunk_bytes: ZeRO-3 gather budget per collective during a sync.
+        lora_sync: how a LoRA policy is synced (:func:`rlvr.rollout.vllm_lora.choose_lora_sync`); ``adapter`` needs
+            an ``llm`` started with ``enable_lora``. ``None``: merged weights (a plain model syncs its weights).
     """
 
     def __init__(self, llm: Any, eos_ids: list[int], *, dtype: torch.dtype = torch.bfloat16, sleep_mode: bool = False,
                  weight_sync_timeout_s: float = 300.0, rank: int = 0, max_model_len: int | None = None,
-                 gather_chunk_bytes: int = 1 << 30) -> None:
+                 gather_chunk_bytes: int = 1 << 30, lora_sync: LoraSyncChoice | None = None) -> None:
         if not eos_ids:
             raise ValueError("eos_ids is empty: the engine could never finish a response with 'stop'")
         self.llm = llm
@@ -125,6 +138,11 @@ class VLLMRolloutEngine:
         self.max_model_len = max_model_len
         self.gather_chunk_bytes = gather_chunk_bytes
         self.syncs = 0
+        self.lora_sync = lora_sync
+        self.lora_request: Any = None
+        """The ``LoRARequest`` of the adapter generations use (``None``: the weights vLLM holds, no adapter)."""
+        self._adapters: AdapterFolders | None = None
+        self._lora_updates = 0
         self._asleep: set[str] = set()
         if sleep_mode:
             self._sleep()
@@ -136,7 +154,13 @@ class VLLMRolloutEngine:
         """Build the engine the recipe asks for, on this rank's device, from the policy's own checkpoint folder.
 
         The engine starts from the checkpoint on disk; the trainer calls :meth:`sync_weights` after every update (and
-        after a resume), so what it serves is always the policy being trained.
+        after a resume), so what it serves is always the policy being trained. For a LoRA policy (``model`` a ``peft``
+        model) vLLM starts with ``enable_lora`` where ``model.lora.vllm_adapter`` and vLLM allow the adapter alone
+        (:func:`rlvr.rollout.vllm_lora.choose_lora_sync`); the way used is printed once (rank 0).
+
+        Raises:
+            VLLMNotInstalledError: vLLM does not import.
+            rlvr.rollout.vllm_lora.LoraSyncError: ``model.lora.vllm_adapter=adapter`` where vLLM cannot serve it.
         """
         vllm = import_vllm()
         from rlvr.models.loading import resolve_model_path
@@ -166,12 +190,32 @@ class VLLMRolloutEngine:
             kwargs.update(distributed_executor_backend="external_launcher")
         set_threads = torch.set_num_threads  # vLLM's CPU worker replaces torch.set_num_threads with a no-op
         threads = torch.get_num_threads()
-        llm = vllm.LLM(**kwargs)
+        lora = recipe.model.lora if is_lora_model(model) else None
+        lora_sync = None
+        if lora is not None:
+            ranks = vllm_lora_ranks()
+            lora_sync = choose_lora_sync(lora.vllm_adapter, lora.rank, allowed_ranks=ranks, cpu_backend=not cuda)
+        if lora_sync is not None and lora_sync.way == "adapter":
+            try:
+                llm = vllm.LLM(**kwargs, enable_lora=True, max_lora_rank=lora_sync.max_lora_rank, max_loras=1)
+            except Exception as exc:  # any refusal of LoRA; a second failure, without it, is raised
+                lora_sync = lora_sync.fall_back(f"vLLM did not start with enable_lora ({type(exc).__name__}: "
+                                                f"{str(exc).splitlines()[0] if str(exc) else ''})")
+                llm = vllm.LLM(**kwargs)
+            else:
+                servable = llm.apply_model(servable_modules)[0]
+                lora_sync = choose_lora_sync(lora.vllm_adapter, lora.rank, policy_targets(model) or None, servable,
+                                             allowed_ranks=ranks, cpu_backend=not cuda)
+        else:
+            llm = vllm.LLM(**kwargs)
         set_threads(threads)  # and lowers the thread count "for serving": the trainer shares this process
+        rank = int(os.environ.get("RANK", 0))
+        if lora_sync is not None and rank == 0:
+            print(lora_sync.line(), flush=True)
         max_len = llm.llm_engine.model_config.max_model_len
         return cls(llm, eos_ids, dtype=DTYPES[dtype_name], sleep_mode=cuda and ro.vllm_sleep_mode,
-                   weight_sync_timeout_s=ro.weight_sync_timeout_s, rank=int(os.environ.get("RANK", 0)),
-                   max_model_len=max_len)
+                   weight_sync_timeout_s=ro.weight_sync_timeout_s, rank=rank, max_model_len=max_len,
+                   lora_sync=lora_sync)
 
     # ------------------------------------------------------------------------------------------------ sleep mode
     def _sleep(self) -> None:
@@ -226,8 +270,9 @@ class VLLMRolloutEngine:
         params = [self.sampling_params(n, sampling, s) for s in seeds]
         self._wake("weights")
         self._wake("kv_cache")
+        adapter = {"lora_request": self.lora_request} if self.lora_request is not None else {}
         try:
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, **adapter)
         finally:
             if self.sleep_mode:
                 self._sleep()
@@ -256,26 +301,73 @@ class VLLMRolloutEngine:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load ``model``'s current weights into the engine (every rank calls this after each optimizer step).
 
+        A LoRA policy synced as ``adapter`` (:attr:`lora_sync`) writes its adapter and loads it alone under a new
+        ``LoRARequest``; should vLLM refuse the first one under ``vllm_adapter: auto``, this and every later sync
+        reload merged weights instead (one line says why).
+
         Args:
             model: the unwrapped HF model the DeepSpeed engine trains; ZeRO-3 partitions are gathered here.
         Raises:
             rlvr.rollout.weight_sync.WeightSyncTimeout: the sync overran ``rollout.weight_sync_timeout_s``; the
                 message names the stage (waking the engine, which ZeRO-3 gather chunk, vLLM's reload) and the rank.
+            rlvr.rollout.vllm_lora.LoraSyncError: vLLM refused the adapter under ``vllm_adapter: adapter``.
         """
         with SyncWatchdog(self.weight_sync_timeout_s, "weight sync to vLLM", rank=self.rank, hint=_HANG_HINT) as wd:
             wd.stage("waking vLLM's weights up (sleep mode)")
             self._wake("weights")
-            wd.stage("vLLM reload_weights (loading the first tensors)")
-            weights = iter_full_weights(model, dtype=None if is_lora_model(model) else self.dtype,
-                                        chunk_bytes=self.gather_chunk_bytes,
-                                        on_chunk=lambda what: wd.stage(f"{what}, inside vLLM reload_weights"))
-            if is_lora_model(model):  # LoRA: merged weights (base + (alpha / r) B A) under the base model's names
-                if self.syncs == 0 and self.rank == 0:
-                    print("[rlvr] LoRA policy -> vLLM: merged weights reloaded after each update", flush=True)
-                weights = merged_weights(model, weights, dtype=self.dtype)
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-            wd.stage("re-processing tied output layers")
-            self.llm.apply_model(refresh_tied_output_layers)
-            wd.stage("resetting vLLM's prefix cache")
-            self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+            adapter = is_lora_model(model) and self.lora_sync is not None and self.lora_sync.way == "adapter"
+            if not (adapter and self._sync_adapter(model, wd)):
+                self._reload_weights(model, wd)
         self.syncs += 1
+
+    def _reload_weights(self, model: torch.nn.Module, wd: SyncWatchdog) -> None:
+        """Stream ``model``'s full weights (a LoRA policy's merged ones) into vLLM with ``reload_weights``."""
+        wd.stage("vLLM reload_weights (loading the first tensors)")
+        weights = iter_full_weights(model, dtype=None if is_lora_model(model) else self.dtype,
+                                    chunk_bytes=self.gather_chunk_bytes,
+                                    on_chunk=lambda what: wd.stage(f"{what}, inside vLLM reload_weights"))
+        if is_lora_model(model):  # LoRA: merged weights (base + (alpha / r) B A) under the base model's names
+            if self.lora_sync is None and self.syncs == 0 and self.rank == 0:  # an engine built without a choice
+                print("[rlvr] LoRA policy -> vLLM: merged weights reloaded after each update", flush=True)
+            weights = merged_weights(model, weights, dtype=self.dtype)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        wd.stage("re-processing tied output layers")
+        self.llm.apply_model(refresh_tied_output_layers)
+        wd.stage("resetting vLLM's prefix cache")
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def _sync_adapter(self, model: torch.nn.Module, wd: SyncWatchdog) -> bool:
+        """Write ``model``'s adapter and load it under a new ``LoRARequest``; the previous adapter and its folder go.
+        Returns False when vLLM refused the first adapter under ``vllm_adapter: auto`` (:attr:`lora_sync` is then
+        ``merged``, printed once), True when generations now use the new adapter."""
+        from vllm.lora.request import LoRARequest
+
+        if self._adapters is None:
+            self._adapters = AdapterFolders(prefix=f"rlvr-lora-rank{self.rank}-")
+        self._lora_updates += 1
+        update = self._lora_updates  # a new id (vLLM's ids start at 1), name and folder per update
+        wd.stage("writing the LoRA adapter (gathering ZeRO-3 partitions)")
+        folder = self._adapters.write(model, update, dtype=self.dtype)
+        request = LoRARequest(f"policy-update-{update}", update, str(folder))
+        wd.stage(f"vLLM add_lora (loading {folder.name})")
+        try:
+            self.llm.llm_engine.add_lora(request)
+        except Exception as exc:  # vLLM's refusals are ValueError, RuntimeError, KeyError, ...; the same on every
+            # rank (same model, same vLLM), so under ZeRO-3 all ranks take the merged path's collective gathers together
+            self._adapters.drop(folder)
+            if self.lora_request is not None:  # it served earlier adapters: a real failure, not a refusal
+                raise
+            self.lora_sync = self.lora_sync.fall_back(f"vLLM refused the adapter ({type(exc).__name__}: {exc})")
+            if self.rank == 0:
+                print(self.lora_sync.line(), flush=True)
+            return False
+        previous, self.lora_request = self.lora_request, request
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            self._adapters.drop(previous.lora_path)
+        return True
+
+    def close(self) -> None:
+        """Remove the adapter folders this engine wrote (also done at exit)."""
+        if self._adapters is not None:
+            self._adapters.close()
