@@ -2,8 +2,9 @@
 seconds on the CPU demo task, several seeds each, every model scored by the same evaluator.
 
     python benchmarks/bench_learning_vs_trl.py --trl-venv .venv-trl                # 3 seeds x 2 sides, 200 CPU s each
+    python benchmarks/bench_learning_vs_trl.py --seeds 0 1 2 3 4 --cpu-budget 600 --jobs 2   # 5 seeds at 600 CPU s
     python benchmarks/bench_learning_vs_trl.py --seeds 0 --cpu-budget 40 --no-base-eval   # a quick check
-    python benchmarks/bench_learning_vs_trl.py --render-only      # rewrite the tables from results/learning_vs_trl.json
+    python benchmarks/bench_learning_vs_trl.py --cpu-budget 600 --render-only   # rewrite from its raw data
 
 The task is ``recipes/demo.yaml`` (larger of two 2-digit numbers, the embedded SmolLM2-135M-Instruct, the ``boxed``
 template with one few-shot turn, 8 prompts x 8 samples a step, 16 new tokens, lr 5e-6, no KL, token-mean, the
@@ -17,9 +18,10 @@ trainer's own sampling; the two sides alternate run by run (the first side swaps
 the base model per seed, is scored by ``rlvr eval`` (128 held-out prompts x k=4 at temperature 1, the eval seed of the
 recipe), so the metric is the same code on both sides.
 
-Writes ``benchmarks/results/learning_vs_trl.json`` (every run, step and eval; rewritten after each stage, so
-``--reuse`` continues an interrupted invocation), ``benchmarks/results/learning_vs_trl.md`` and the section between
-the ``learning-vs-trl`` markers of ``benchmarks/RESULTS.md`` (the rest of that file is left as it is).
+Each budget has its own files: ``benchmarks/results/learning_vs_trl-<budget>.json`` (every run, step and eval;
+rewritten after each stage, so ``--reuse`` continues an interrupted invocation) and ``learning_vs_trl-<budget>.md``,
+and its own work folder. The section between the ``learning-vs-trl`` markers of ``benchmarks/RESULTS.md`` (the rest
+of that file is left as it is) holds a summary over every budget measured, then each budget's tables.
 """
 
 from __future__ import annotations
@@ -42,8 +44,19 @@ sys.path.insert(0, str(HERE))
 from bench_vs_trl import ENV, cpu_info  # noqa: E402
 
 RECIPE = REPO / "recipes" / "demo.yaml"
-RAW = HERE / "results" / "learning_vs_trl.json"
-TABLE = HERE / "results" / "learning_vs_trl.md"
+RESULTS_DIR = HERE / "results"
+
+
+def raw_path(budget: float) -> Path:
+    """The raw data of one CPU-second budget."""
+    return RESULTS_DIR / f"learning_vs_trl-{budget:g}.json"
+
+
+def paired_differences(raw: dict) -> list[tuple[int, float]]:
+    """(seed, pass@1 rlvr - TRL) for every seed where both sides were scored."""
+    runs = [r for r in raw["runs"] if "eval" in r]
+    return sorted((a["seed"], a["eval"]["pass_at_1"] - b["eval"]["pass_at_1"]) for a in runs for b in runs
+                  if a["side"] == "rlvr" and b["side"] == "trl" and a["seed"] == b["seed"])
 MARK_START, MARK_END = "<!-- learning-vs-trl:start -->", "<!-- learning-vs-trl:end -->"
 SIDES = ("rlvr", "trl")
 
@@ -164,7 +177,7 @@ def mean_se(values: list[float]) -> tuple[float, float]:
 def render(raw: dict) -> str:
     """The markdown section: per-side means over seeds, the paired difference, and one row per run."""
     runs = [r for r in raw["runs"] if "eval" in r]
-    lines = [MARK_START, "## Learning per unit of compute: rlvr vs TRL on the CPU demo", ""]
+    lines = [f"### {raw['cpu_budget_s']:g} CPU seconds", ""]
     m = raw["machine"]
     lines += [f"Held-out pass@1 after the same budget of **{raw['cpu_budget_s']:.0f} CPU seconds** of training "
               f"(user + system of the training process and its live workers, from the first step; model loading and "
@@ -188,8 +201,7 @@ def render(raw: dict) -> str:
         lines.append(f"| {side} | {len(rs)} | **{p:.3f} ± {ps:.3f}** | {st:.1f} | "
                      f"{statistics.fmean(r['train_cpu_s'] for r in rs):.0f} | "
                      f"{statistics.fmean(r['train_wall_s'] for r in rs):.0f} | {st * 64:.0f} |")
-    pairs = sorted((a["seed"], a["eval"]["pass_at_1"] - b["eval"]["pass_at_1"]) for a in runs for b in runs
-                   if a["side"] == "rlvr" and b["side"] == "trl" and a["seed"] == b["seed"])
+    pairs = paired_differences(raw)
     if pairs:
         d, ds = mean_se([x for _, x in pairs])
         lines += ["", f"Paired by seed (same split, same few-shot example), pass@1 rlvr - TRL: **{d:+.3f} ± {ds:.3f}** "
@@ -212,16 +224,42 @@ def render(raw: dict) -> str:
               "Commands (`--reuse` continues with the finished runs of the same settings): " + "; ".join(
                   f"`python benchmarks/bench_learning_vs_trl.py {' '.join(a)}`" for a in raw.get("invocations",
                                                                                                [raw["argv"]])) +
-              ". Raw data: `benchmarks/results/learning_vs_trl.json`.", MARK_END]
+              f". Raw data: `benchmarks/results/{raw_path(raw['cpu_budget_s']).name}`."]
     return "\n".join(lines) + "\n"
 
 
+def render_summary(raws: list[dict]) -> str:
+    """The RESULTS.md section: one line per budget (each side's mean pass@1 and steps, the paired difference in
+    standard errors), then each budget's own tables (:func:`render`)."""
+    lines = [MARK_START, "## Learning per unit of compute: rlvr vs TRL on the CPU demo", "",
+             "| CPU s budget | seeds | base pass@1 | rlvr pass@1 | TRL pass@1 | steps rlvr / TRL | "
+             "rlvr - TRL (paired) | in s.e. |", "| ---: | ---: | --- | --- | --- | --- | --- | ---: |"]
+    for raw in raws:
+        runs = [r for r in raw["runs"] if "eval" in r]
+        side = {s: [r for r in runs if r["side"] == s] for s in SIDES}
+        if not all(side.values()):
+            continue
+        cell = {s: "{:.3f} ± {:.3f}".format(*mean_se([r["eval"]["pass_at_1"] for r in rs])) for s, rs in side.items()}
+        steps = " / ".join(f"{statistics.fmean(r['steps_done'] for r in rs):.1f}" for rs in side.values())
+        base = [i["base_eval"]["pass_at_1"] for i in raw.get("seeds", {}).values() if "base_eval" in i]
+        pairs = paired_differences(raw)
+        d, ds = mean_se([x for _, x in pairs]) if pairs else (float("nan"), float("nan"))
+        lines.append(f"| {raw['cpu_budget_s']:g} | {len(pairs)} | "
+                     f"{'{:.3f} ± {:.3f}'.format(*mean_se(base)) if base else '-'} | {cell['rlvr']} | {cell['trl']} | "
+                     f"{steps} | **{d:+.3f} ± {ds:.3f}** | {d / ds if ds else float('nan'):.1f} |")
+    lines.append("")
+    for raw in raws:
+        lines += [render(raw)]
+    return "\n".join(lines).rstrip("\n") + "\n" + MARK_END + "\n"
+
+
 def merge_saved(raw: dict) -> None:
-    """Take into ``raw`` the runs and base evals that ``RAW`` on disk has and ``raw`` lacks, when both have the same
+    """Take into ``raw`` the runs and base evals that the raw file on disk has and ``raw`` lacks, when both have the same
     settings (another invocation with other ``--seeds`` may have written them meanwhile)."""
-    if not RAW.exists():
+    path = raw_path(raw["cpu_budget_s"])
+    if not path.exists():
         return
-    disk = json.loads(RAW.read_text())
+    disk = json.loads(path.read_text())
     if any(disk.get(k) != raw.get(k) for k in ("cpu_budget_s", "threads", "precision", "max_steps")):
         return
     have = {(r["side"], r["seed"]) for r in raw.get("runs", [])}
@@ -234,13 +272,15 @@ def merge_saved(raw: dict) -> None:
 
 
 def write_outputs(raw: dict) -> None:
-    RAW.parent.mkdir(exist_ok=True)
+    RESULTS_DIR.mkdir(exist_ok=True)
     merge_saved(raw)
     loads = [s["load_1m"] for r in raw["runs"] for s in r.get("steps", []) if "load_1m" in s] + raw.get("loads", [])
     raw["load_1m_range"] = [min(loads), max(loads)] if loads else [float("nan")] * 2
-    RAW.write_text(json.dumps(raw, indent=1))
-    section = render(raw)
-    TABLE.write_text(section)
+    raw_path(raw["cpu_budget_s"]).write_text(json.dumps(raw, indent=1))
+    raw_path(raw["cpu_budget_s"]).with_suffix(".md").write_text(render(raw))
+    raws = sorted((json.loads(p.read_text()) for p in RESULTS_DIR.glob("learning_vs_trl-*.json")),
+                  key=lambda r: r["cpu_budget_s"])
+    section = render_summary(raws)
     results = HERE / "RESULTS.md"
     text = results.read_text() if results.exists() else ""
     if MARK_START in text and MARK_END in text:
@@ -249,7 +289,8 @@ def write_outputs(raw: dict) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     results.write_text(text)
-    print(f"wrote {TABLE} and the learning section of {results}", flush=True)
+    print(f"wrote {raw_path(raw['cpu_budget_s']).with_suffix('.md')} and the learning section of {results}",
+          flush=True)
 
 
 def main() -> None:
@@ -265,13 +306,15 @@ def main() -> None:
     ap.add_argument("--no-train", action="store_true", help="start no training run: record and render the "
                     "finished ones (with --reuse), scoring those not scored yet")
     ap.add_argument("--no-base-eval", action="store_true", help="skip scoring the untrained model per seed")
-    ap.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_learning_vs_trl")
+    ap.add_argument("--work-dir", type=Path, default=None,
+                    help="default: runs/bench_learning_vs_trl/budget-<CPU s>")
     ap.add_argument("--reuse", action="store_true", help="keep finished runs/evals of the same settings from "
-                    "results/learning_vs_trl.json (continue an interrupted invocation)")
-    ap.add_argument("--render-only", action="store_true")
+                    "results/learning_vs_trl-<budget>.json (continue an interrupted invocation)")
+    ap.add_argument("--render-only", action="store_true", help="rewrite the tables of --cpu-budget from its raw data")
     args = ap.parse_args()
+    args.work_dir = args.work_dir or REPO / "runs" / "bench_learning_vs_trl" / f"budget-{args.cpu_budget:g}"
     if args.render_only:
-        write_outputs(json.loads(RAW.read_text()))
+        write_outputs(json.loads(raw_path(args.cpu_budget).read_text()))
         return
     if not (args.trl_venv / "bin" / "python").exists():
         sys.exit(f"no TRL venv at {args.trl_venv}: run `python benchmarks/bench_vs_trl.py --setup-trl` first")
@@ -280,7 +323,7 @@ def main() -> None:
     args.precision = choose_precision("auto", "cpu").name
     settings = {"cpu_budget_s": args.cpu_budget, "threads": args.threads, "precision": args.precision,
                 "max_steps": args.max_steps}
-    raw = json.loads(RAW.read_text()) if args.reuse and RAW.exists() else {}
+    raw = json.loads(raw_path(args.cpu_budget).read_text()) if args.reuse and raw_path(args.cpu_budget).exists() else {}
     if {k: raw.get(k) for k in settings} != settings:
         raw = {}
     raw.setdefault("invocations", [raw["argv"]] if "argv" in raw else []).append(sys.argv[1:])
