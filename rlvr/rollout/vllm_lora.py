@@ -43,8 +43,9 @@ list is read by :func:`vllm_lora_ranks`."""
 LoraSyncWay = Literal["adapter", "merged"]
 
 CPU_BACKEND_REASON = ("vllm_adapter=auto on vLLM's CPU backend, whose LoRA layers run as plain torch ops: with the "
-                      "adapter, generation took ~3x as long for ~1 s less sync a step (SmolLM2-135M, "
-                      "benchmarks/RESULTS.md); set model.lora.vllm_adapter=adapter to serve the adapter anyway")
+                      "adapter, generation took 2.2x (rank 8) to 14x (rank 64) as long for 0.8-1.0 s less sync a "
+                      "step (SmolLM2-135M, benchmarks/RESULTS.md); set model.lora.vllm_adapter=adapter to serve the "
+                      "adapter anyway")
 """Why ``auto`` takes merged weights on vLLM's CPU backend (``benchmarks/bench_vllm_lora_sync.py``)."""
 
 
