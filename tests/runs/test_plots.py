@@ -15,7 +15,8 @@ def _records(steps=4, kl=0.0, clip=0.0):
     return out
 
 
-def _figure(monkeypatch, records, tmp_path):
+def _drawn(monkeypatch, plot, records, out_path):
+    """Run ``plot`` with saving replaced by keeping the figure: (its return value, the figure or None)."""
     drawn = {}
 
     def keep(fig, out_path, title=""):
@@ -23,8 +24,13 @@ def _figure(monkeypatch, records, tmp_path):
         return out_path
 
     monkeypatch.setattr(plots, "save_figure", keep)
-    assert plots.plot_curves(records, tmp_path / "curves.png") == tmp_path / "curves.png"
-    return drawn["fig"]
+    return plot(records, out_path), drawn.get("fig")
+
+
+def _figure(monkeypatch, records, tmp_path):
+    out, fig = _drawn(monkeypatch, plots.plot_curves, records, tmp_path / "curves.png")
+    assert out == tmp_path / "curves.png"
+    return fig
 
 
 def test_only_logged_quantities_get_a_panel(monkeypatch, tmp_path):
@@ -62,15 +68,7 @@ def _tool_records(steps=4, timeouts=0.0):
 
 
 def _tools_figure(monkeypatch, records, tmp_path):
-    drawn = {}
-
-    def keep(fig, out_path, title=""):
-        drawn["fig"] = fig
-        return out_path
-
-    monkeypatch.setattr(plots, "save_figure", keep)
-    out = plots.plot_tools(records, tmp_path / "tools.png")
-    return out, drawn.get("fig")
+    return _drawn(monkeypatch, plots.plot_tools, records, tmp_path / "tools.png")
 
 
 def _line(fig, title, label):
