@@ -71,7 +71,28 @@ def build_engine(model: torch.nn.Module, optim: OptimConfig, trainer: TrainerCon
         "wall_clock_breakdown": False,
     }
     ds_config = deep_merge(ds_config, trainer.deepspeed_config)
+    forget_stale_deepspeed_groups()
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
     if trainer.zero_stage == 0:
         record_grad_norm_without_zero(engine)
     return engine
+
+
+def forget_stale_deepspeed_groups() -> None:
+    """Drop the process groups DeepSpeed cached (module globals of ``deepspeed.utils.groups``) that torch.distributed
+    no longer knows.
+
+    A ``vllm.LLM`` dropped in this process destroys torch.distributed's default group, and the next one creates a new
+    one; a DeepSpeed engine built after that would reuse the groups cached by an earlier engine, which belong to the
+    destroyed world, and fail with "Group ... is not registered". Groups still registered are kept, so nothing changes
+    for a process with one world.
+    """
+    import torch.distributed as dist
+    from deepspeed.utils import groups
+
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    registered = dist.distributed_c10d._world.pg_group_ranks
+    for name, value in list(vars(groups).items()):
+        if isinstance(value, dist.ProcessGroup) and value not in registered:
+            setattr(groups, name, None)

@@ -7,6 +7,7 @@ The tests marked ``vllm`` use a tiny Qwen2 with head size 32 (vLLM's CPU attenti
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,9 @@ def test_adapter_folder_holds_the_adapters_and_goes_with_its_directory(tiny32):
 def lora_engine(tiny32):
     """A LoRA policy (perturbed adapters) and the vLLM engine built for it, serving the base weights until a sync."""
     require_vllm()
+    # engines of earlier test modules that are no longer referenced go first: a vllm.LLM's finalizer tears down
+    # vLLM's process-wide parallel state, which would take this engine's with it if it ran later
+    gc.collect()
     from rlvr.models.loading import load_tokenizer
     from rlvr.rollout.vllm_engine import VLLMRolloutEngine
 
