@@ -117,16 +117,21 @@ class PrecisionChoice:
         return "bfloat16" if self.generation == "bf16" else "float32"
 
 
-def _cpu_flags() -> set[str]:
-    """The ``flags`` field of ``/proc/cpuinfo`` (empty where there is none, e.g. macOS)."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first ``name`` field of ``/proc/cpuinfo`` (``None`` where there is none, e.g. macOS)."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                if line.startswith(name):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def _cpu_flags() -> set[str]:
+    """The ``flags`` field of ``/proc/cpuinfo`` (empty where there is none)."""
+    return set((_cpuinfo_field("flags") or "").split())
 
 
 def cpu_native_bf16() -> tuple[bool, str]:
@@ -159,14 +164,7 @@ def cpu_native_bf16() -> tuple[bool, str]:
 
 def _cpu_model_name() -> str:
     """``model name`` of ``/proc/cpuinfo``, else what :mod:`platform` knows (e.g. ``arm`` on macOS)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown CPU"
 
 
 def matmul_shape(model: Any) -> tuple[int, int] | None:
