@@ -1,14 +1,14 @@
-"""In-process A/B of the trainer's forward + backward (the update's cost): log-prob code and attention variants,
-alternated in one process on the embedded SmolLM2-135M (fp32 master weights, bf16 autocast, as the trainer runs).
+"""In-process A/B of one GRPO update (every micro-batch's forward + backward and the AdamW step): the log-prob and
+attention code of an older revision against this tree's, alternated in one process on the embedded SmolLM2-135M
+(fp32 master weights; bf16 autocast or fp32, as the trainer runs).
 
-    python benchmarks/bench_update_ab.py --old-logprobs OLD.py --reps 3 --threads 1
+    python benchmarks/bench_update_ab.py --old-rev REV --shape demo --before-micro-batch 16 --micro-batch 64 --reps 4
 
-One micro-batch of 2 prompts x 8 samples (random ids: cost does not depend on them), prompt P tokens (one prompt
-left-padded by 5), responses of T - 45 .. T tokens (right-padded to T), through
-:func:`rlvr.models.logprobs.shared_prefix_logprobs` and a backward of a token-weighted sum. Variants: ``old`` (the log-prob
-module in ``--old-logprobs``, e.g. ``git show REV:rlvr/models/logprobs.py > /tmp/old.py``, with transformers' SDPA),
-``fused`` (this tree's log-probs, SDPA), ``fused_gqa`` (this tree's log-probs and
-:func:`rlvr.models.attention.grouped_query_attention`). Prints per variant the median seconds and the 1-minute load average.
+``before`` runs ``rlvr/models/logprobs.py`` and ``rlvr/models/attention.py`` as they were at ``REV`` (read with
+``git show``) with ``--before-micro-batch`` rows per forward; ``after`` runs this tree's with ``--micro-batch``. Both
+take the same random ids of a real step's shapes (:data:`SHAPES`), the same token-weighted loss and an AdamW step at
+learning rate 0 (the same work, and the weights stay as they are, so every repetition computes the same thing).
+Prints each repetition, the medians, the per-pair ratio after / before and the 1-minute load average, with the CPU.
 """
 
 from __future__ import annotations
@@ -17,75 +17,159 @@ import argparse
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {  # prompts, group size, prompt tokens, (shortest, longest) response
+    "demo": (8, 8, 96, (5, 16)),
+    "vs_trl": (2, 8, 57, (45, 128)),
+}
+"""``demo``: ``recipes/demo.yaml``'s step (8 prompts x 8 samples, the few-shot prompt of 96 tokens, responses of 5-16
+tokens: ~8 in the demo's samples). ``vs_trl``: ``bench_vs_trl.py``'s step (2 x 8, prompts of 57 tokens, responses
+up to 128 tokens)."""
+
+
+@dataclass
+class UpdateBatch:
+    """Random ids in a step's shapes: U prompts (one left-padded by 5) of P tokens, N = U x G responses (right-padded
+    to T_max), and per-token loss weights (zero on padding)."""
+
+    prompt_ids: torch.Tensor  # (U, P)
+    prompt_mask: torch.Tensor  # (U, P)
+    response_ids: torch.Tensor  # (N, T_max)
+    response_mask: torch.Tensor  # (N, T_max)
+    weights: torch.Tensor  # (N, T_max)
+    group_size: int
+
+    @property
+    def tokens(self) -> int:
+        """Tokens a step trains on: each prompt once, every response token."""
+        return int(self.prompt_mask.sum()) + int(self.response_mask.sum())
+
+
+def make_batch(shape: str, seed: int = 0) -> UpdateBatch:
+    """The synthetic batch of ``shape`` (a key of :data:`SHAPES`); response lengths spread evenly over the range."""
+    u, g, p, (t_min, t_max) = SHAPES[shape]
+    n = u * g
+    gen = torch.Generator().manual_seed(seed)
+    p_ids, p_mask = torch.randint(100, 1000, (u, p), generator=gen), torch.ones(u, p, dtype=torch.long)
+    p_mask[0, :5] = 0
+    lengths = torch.linspace(t_min, t_max, n).round().long()[torch.randperm(n, generator=gen)]
+    r_mask = (torch.arange(t_max).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    return UpdateBatch(p_ids, p_mask, torch.randint(100, 1000, (n, t_max), generator=gen), r_mask,
+                       torch.randn(n, t_max, generator=gen) * r_mask, g)
+
+
+def run_update(model: torch.nn.Module, logprobs: ModuleType, batch: UpdateBatch, micro_batch: int,
+               autocast_dtype: torch.dtype | None, optimizer: torch.optim.Optimizer) -> None:
+    """One update as the trainer runs it: ``logprobs.shared_prefix_logprobs`` per micro-batch of ``micro_batch``
+    rows (each group's prompt once), the backward of the token-weighted sum over the step's tokens, one step."""
+    n, g = batch.response_ids.shape[0], batch.group_size
+    total = float(batch.response_mask.sum())
+    for start in range(0, n, micro_batch):
+        rows = list(range(start, min(start + micro_batch, n)))
+        groups = sorted({r // g for r in rows})
+        slot = {grp: k for k, grp in enumerate(groups)}
+        t = int(batch.response_mask[rows].sum(1).max())
+        lp, _ = logprobs.shared_prefix_logprobs(
+            model, batch.prompt_ids[groups], batch.prompt_mask[groups], torch.tensor([slot[r // g] for r in rows]),
+            batch.response_ids[rows, :t], batch.response_mask[rows, :t], autocast_dtype=autocast_dtype)
+        (lp * batch.weights[rows, :t]).sum().div(total).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def load_model() -> torch.nn.Module:
+    """The embedded SmolLM2-135M-Instruct as the trainer loads it (fp32), with rlvr's attention."""
+    from rlvr.config import resolve
+    from rlvr.models.attention import use_grouped_query_attention
+    from rlvr.models.loading import load_causal_lm, resolve_model_path
+
+    recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
+                      "data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]})
+    model = load_causal_lm(resolve_model_path(recipe.model.name), recipe.model)
+    use_grouped_query_attention(model)
+    return model
+
+
+def _module_at(rev: str, path: str, name: str, folder: Path) -> ModuleType:
+    """``path`` as it was at git revision ``rev``, imported as module ``name``."""
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True)
+    file = folder / f"{name}.py"
+    file.write_text(source.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    ap.add_argument("--old-logprobs", type=Path, help="a previous rlvr/models/logprobs.py (variant 'old')")
-    ap.add_argument("--prompt-tokens", type=int, default=57)
-    ap.add_argument("--response-tokens", type=int, default=90)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--old-rev", required=True, help="the git revision whose log-prob and attention code is 'before'")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="demo")
+    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--before-micro-batch", type=int, default=16)
+    ap.add_argument("--micro-batch", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from rlvr.config import resolve
-    from rlvr.models import logprobs
-    from rlvr.models.attention import GQA_ATTENTION
-    from rlvr.models.loading import load_causal_lm, resolve_model_path
+    from machine import stamp
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    recipe = resolve({"model": {"name": args.model}, "data": {"source": {"type": "jsonl", "path": "x.jsonl"}},
-                      "verifiers": [{"name": "math"}]})
-    model = load_causal_lm(resolve_model_path(recipe.model.name), recipe.model)
-    variants = {"fused": (logprobs, "sdpa"), "fused_gqa": (logprobs, GQA_ATTENTION)}
-    if args.old_logprobs:
-        spec = importlib.util.spec_from_file_location("old_logprobs", args.old_logprobs)
-        old = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(old)
-        variants = {"old": (old, "sdpa"), **variants}
-    torch.manual_seed(0)
-    u, g, p, t = 2, 8, args.prompt_tokens, args.response_tokens
-    # padded like a real batch (prompt 0 left-padded, responses of unequal lengths): with no padding transformers
-    # passes no mask and SDPA's causal path runs whatever the attention setting
-    p_ids, p_mask = torch.randint(100, 1000, (u, p)), torch.ones(u, p, dtype=torch.long)
-    p_mask[0, :5] = 0
-    row_prompt = torch.arange(u).repeat_interleave(g)
-    resp, r_mask = torch.randint(100, 1000, (u * g, t)), torch.ones(u * g, t, dtype=torch.long)
-    for row in range(u * g):
-        r_mask[row, max(t - (u * g - 1 - row) * 3, 1):] = 0  # lengths t - 45 .. t
-    weights = torch.randn(u * g, t) * r_mask
+    from rlvr.models import attention, logprobs
+
+    with tempfile.TemporaryDirectory() as folder:
+        old_logprobs = _module_at(args.old_rev, "rlvr/models/logprobs.py", "old_logprobs", Path(folder))
+        old_attention = _module_at(args.old_rev, "rlvr/models/attention.py", "old_attention", Path(folder))
+    # importing the old attention module registered it under rlvr's name: give it its own, and this tree's back
+    AttentionInterface.register("rlvr_gqa_before", old_attention.grouped_query_attention)
+    AttentionMaskInterface.register("rlvr_gqa_before", sdpa_mask)
+    AttentionInterface.register(attention.GQA_ATTENTION, attention.grouped_query_attention)
+
+    model = load_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
+    dtype = torch.bfloat16 if args.precision == "bf16" else None
+    batch = make_batch(args.shape)
+    variants = {"before": (old_logprobs, "rlvr_gqa_before", args.before_micro_batch),
+                "after": (logprobs, attention.GQA_ATTENTION, args.micro_batch)}
 
     def run(name: str) -> float:
-        module, attn = variants[name]
+        module, attn, micro_batch = variants[name]
         model.config._attn_implementation = attn
         t0 = time.perf_counter()
-        lp, _ = module.shared_prefix_logprobs(model, p_ids, p_mask, row_prompt, resp, r_mask,
-                                              autocast_dtype=torch.bfloat16)
-        (lp * weights).mean().backward()
-        model.zero_grad(set_to_none=True)
+        run_update(model, module, batch, micro_batch, dtype, optimizer)
         return time.perf_counter() - t0
 
-    names = list(variants)
-    for name in names:
+    for name in variants:
         run(name)  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in names}
+    times: dict[str, list[float]] = {k: [] for k in variants}
     loads = []
     for rep in range(args.reps):
-        for name in (names if rep % 2 == 0 else names[::-1]):
+        for name in (list(variants) if rep % 2 == 0 else list(variants)[::-1]):
             times[name].append(run(name))
             loads.append(os.getloadavg()[0])
             print(f"rep {rep} {name}: {times[name][-1]:.2f} s, load {loads[-1]:.1f}", flush=True)
-    for name in names:
-        print(f"{name}: median {statistics.median(times[name]):.2f} s forward+backward "
-              f"({u} x {g} rows, P={p}, T={t})")
-    print(f"load 1-min median {statistics.median(loads):.1f}")
+    ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
+    u, g, p, (t_min, t_max) = SHAPES[args.shape]
+    print(f"{stamp()}; {args.threads} thread(s), {args.precision}; shape {args.shape}: {u} x {g} rows, P={p}, "
+          f"T={t_min}-{t_max}, {batch.tokens} tokens")
+    for name, (_, _, micro_batch) in variants.items():
+        print(f"{name} ({'rev ' + args.old_rev if name == 'before' else 'this tree'}, micro-batch {micro_batch}): "
+              f"median {statistics.median(times[name]):.2f} s an update")
+    print(f"after / before per repetition: {', '.join(f'{r:.2f}' for r in ratios)}; median "
+          f"{statistics.median(ratios):.2f}; load 1-min median {statistics.median(loads):.1f}")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ attention mask is present, and left padding always makes one. :func:`grouped_que
   keeps for the backward stay under :data:`MAX_SCORES_BYTES` a layer (longer sequences: SDPA's flash kernel). torch's
   CPU flash-attention kernel is slower forward + backward at these sizes (``benchmarks/bench_update_ab.py``; numbers
   in ``benchmarks/RESULTS.md``).
-- anything else (prefill without gradients, fp32, no mask (transformers' SDPA then means causal), GPUs, dropout):
-  transformers' SDPA unchanged.
+  No mask over as many keys as queries (a prefill without padding: transformers' SDPA then means causal) takes the
+  same path with the causal mask written out.
+- anything else (prefill without gradients, fp32, GPUs, dropout): transformers' SDPA unchanged.
 
 Shapes: R rows, H query heads, H_kv KV heads, G = H / H_kv, Q query tokens, L keys, d head size.
 """
@@ -67,7 +68,10 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
     ours = (grads and query.device.type == "cpu" and compute_dtype in (torch.bfloat16, torch.float16)
             and scores_bytes(r, h, q, key.shape[2]) <= MAX_SCORES_BYTES)
-    if h == kv_heads or dropout != 0.0 or (q > 1 and (attention_mask is None or not ours)):
+    # no mask with as many queries as keys is transformers' "causal" (a prefill without padding): ours too, with the
+    # causal mask written out (torch's CPU flash kernel took ~5 ms a layer forward + backward at 2 x 96 tokens)
+    causal = attention_mask is None and q == key.shape[2] and getattr(module, "is_causal", True)
+    if h == kv_heads or dropout != 0.0 or (q > 1 and not (ours and (attention_mask is not None or causal))):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     if q == 1:
@@ -77,6 +81,8 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     scale = scaling if scaling is not None else d ** -0.5
     query, key, value = query.to(compute_dtype), key.to(compute_dtype), value.to(compute_dtype)
     grouped = query.reshape(r, kv_heads, groups * q, d)  # (R, H_kv, G * Q, d): rows g * Q + i
+    if attention_mask is None:  # causal, q == L
+        attention_mask = torch.ones(q, q, dtype=torch.bool, device=query.device).tril().view(1, 1, q, q)
     if attention_mask.dtype != torch.bool:
         raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")
     scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # (R, H_kv, G * Q, L)

@@ -200,8 +200,11 @@ def shared_prefix_logprobs(
         # logits of response columns 0 .. T-2 only (the last column predicts nothing we score); an index tensor, not
         # a slice of T logits, whose backward would zero-fill and copy an (R, T, V) gradient
         keep = torch.arange(t - 1, device=response_ids.device) if t > 1 else 1
-        rest = model(input_ids=response_ids, attention_mask=mask, position_ids=resp_pos, past_key_values=cache,
-                     use_cache=True, logits_to_keep=keep)
+        # and of those only the columns whose next token is real: the output layer then skips the right padding
+        scored = response_mask[:, 1:].bool() if t > 1 else None  # (R, T - 1)
+        with _only_rows(_output_layer(model), scored):
+            rest = model(input_ids=response_ids, attention_mask=mask, position_ids=resp_pos, past_key_values=cache,
+                         use_cache=True, logits_to_keep=keep)
     # the prompt's last logit predicts response token 0; response column t predicts token t + 1. Scored apart and the
     # (R, T) results joined: joining the (R, T, V) logits would copy them (and their gradient) once more
     kw = dict(temperature=temperature, entropy_grad=entropy_grad)
@@ -210,5 +213,42 @@ def shared_prefix_logprobs(
         # the second forward still joins the graph (zero gradient): under ZeRO-3 every rank's backward must visit the
         # same modules, or a rank whose micro-batch has 1-token responses skips the others' parameter gathers (hang)
         return lp0 + 0.0 * rest.logits.sum(dim=(1, 2)).unsqueeze(1).float(), ent0
-    lp, ent = token_logprobs_from_logits(rest.logits, response_ids[:, 1:], **kw)
+    if rest.logits.dim() == 3:  # no output layer found to narrow: (R, T - 1, V) over every column
+        lp, ent = token_logprobs_from_logits(rest.logits, response_ids[:, 1:], **kw)
+    else:  # (S, V) over the S scored columns, in row-major order; padding columns get 0
+        lp_s, ent_s = token_logprobs_from_logits(rest.logits.unsqueeze(0), response_ids[:, 1:][scored].unsqueeze(0),
+                                                 **kw)
+        lp = lp_s.new_zeros(scored.shape).masked_scatter(scored, lp_s[0])
+        ent = ent_s.new_zeros(scored.shape).masked_scatter(scored, ent_s[0])
     return torch.cat([lp0, lp], dim=1), torch.cat([ent0, ent], dim=1)
+
+
+def _output_layer(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The LM head of an HF causal LM, through a DeepSpeed engine (``.module``) or a peft wrapper; None if unknown."""
+    inner = getattr(model, "module", model)
+    get = getattr(inner, "get_output_embeddings", None)
+    layer = get() if callable(get) else None
+    return layer if isinstance(layer, torch.nn.Module) else None
+
+
+class _only_rows:
+    """Within the block, ``layer`` (the LM head) sees only the positions of ``rows`` (R, C) bool of its (R, C, H)
+    input, flattened to (S, H), S = rows.sum(): its FLOPs, the (S, V) logits and their gradient skip the padding.
+    Nothing changes when ``layer`` or ``rows`` is None, or the input is not (R, C, H)."""
+
+    def __init__(self, layer: torch.nn.Module | None, rows: Tensor | None) -> None:
+        self.layer, self.rows, self.handle = layer, rows, None
+
+    def _narrow(self, _module: torch.nn.Module, args: tuple) -> tuple | None:
+        hidden = args[0]
+        if hidden.dim() != 3 or hidden.shape[:2] != self.rows.shape:
+            return None
+        return (hidden[self.rows], *args[1:])
+
+    def __enter__(self) -> None:
+        if self.layer is not None and self.rows is not None:
+            self.handle = self.layer.register_forward_pre_hook(self._narrow)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.remove()

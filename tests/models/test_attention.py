@@ -114,3 +114,26 @@ def test_long_sequences_keep_sdpa_so_no_large_score_tensor_is_kept(monkeypatch):
     monkeypatch.setattr(attention, "MAX_SCORES_BYTES", 1)
     grouped_query_attention(_Attn(), query, key, value, mask, scaling=0.3)
     assert calls == [1]
+
+
+def test_bf16_training_prefill_without_mask_takes_the_matmul_path_causally(monkeypatch):
+    """A prefill without padding (transformers passes no mask: causal) under training in bf16 goes through the
+    matmul path with the causal mask written out, not through torch's flash kernel, and equals SDPA's causal result."""
+    import rlvr.models.attention as attention
+
+    query, key, value, _ = _inputs()
+    key, value = key[:, :, :4], value[:, :, :4]  # Q = L = 4
+    ref, _ = sdpa_attention_forward(_Attn(), query, key, value, None, scaling=0.3)
+
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError("SDPA was called for a mask-less bf16 training prefill")
+
+    monkeypatch.setattr(attention, "sdpa_attention_forward", no_sdpa)
+    out, _ = grouped_query_attention(_Attn(), query, key, value, None, scaling=0.3)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
+    qf, kf, vf = query.float(), key.float(), value.float()
+    w = torch.softmax(qf[2, 1, 1] @ kf[2, 0, :2].T * 0.3, -1)  # query 1 sees keys 0 and 1 only
+    torch.testing.assert_close(out[2, 1, 1].float(), w @ vf[2, 0, :2], atol=2e-2, rtol=2e-2)
+    # a mask-less call with fewer queries than keys is not ours to read (no causal offset is implied): SDPA
+    with pytest.raises(AssertionError, match="SDPA was called"):
+        grouped_query_attention(_Attn(), query[:, :, :2], key, value, None, scaling=0.3)

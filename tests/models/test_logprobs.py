@@ -35,3 +35,32 @@ def test_shared_prefix_matches_per_row_forward_and_gradient(tmp_path):
     assert torch.allclose(ent_shared[m], ent_rows[m], atol=1e-5)
     assert torch.allclose(grad_shared, grad_rows, atol=1e-5)
     assert grad_rows.abs().sum() > 0
+
+
+def test_output_layer_skips_right_padding_through_a_wrapper(tmp_path):
+    """The LM head of the response forward sees only the scored positions (a next token that is real): S rows of
+    (S, H), not (R, T - 1, H); also through a ``.module`` wrapper (a DeepSpeed engine). Padding gets 0, real positions
+    equal the padded forward's."""
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32)).eval()
+
+    class Engine(torch.nn.Module):  # what the trainer passes: a wrapper whose .module is the HF model
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, **kw):
+            return self.module(**kw)
+
+    seen = []
+    model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(tuple(args[0].shape)))  # its input
+    p_ids, p_mask = torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.long)
+    r_ids = torch.tensor([[11, 12, 13, 14], [15, 16, 0, 0], [17, 0, 0, 0]])
+    r_mask = (r_ids > 0).long()
+    lp, ent = shared_prefix_logprobs(Engine(model), p_ids, p_mask, torch.zeros(3, dtype=torch.long), r_ids, r_mask)
+    hidden = model.config.hidden_size
+    assert seen == [(1, 1, hidden), (4, hidden)]  # the prompt's last position; 3 + 1 + 0 scored response positions
+    assert lp[1, 2:].eq(0).all() and lp[2, 1:].eq(0).all() and ent[2, 1:].eq(0).all()
+    ids = torch.cat([p_ids.expand(3, 3), r_ids], dim=1)
+    lp_rows, _ = response_logprobs(model, ids, torch.cat([p_mask.expand(3, 3), r_mask], dim=1), 4)
+    m = r_mask.bool()
+    assert torch.allclose(lp[m], lp_rows[m], atol=1e-5)
