@@ -54,14 +54,14 @@ def main(spec_path: str, out_path: str) -> None:
         trainer = RLTrainer(recipe, run_dir=Path(run_dir))
         load_s = time.perf_counter() - start
         seen: list[tuple[list[int], list[int]]] = []
-        rollout = trainer.rollout
+        collect = trainer.collect
 
-        def recording_rollout(num_prompts: int):  # keep the token counts of each step's batch
-            batch = rollout(num_prompts)
+        def recording_collect():  # keep the token counts of each step's batch
+            batch, info, timer = collect()
             seen.append(([len(p.token_ids) for p in batch.prompts], [len(c.token_ids) for c in batch.completions]))
-            return batch
+            return batch, info, timer
 
-        trainer.rollout = recording_rollout
+        trainer.collect = recording_collect
         steps = []
         for _ in range(spec["steps"]):
             seen.clear()
