@@ -162,6 +162,7 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             print(f"rep {rep} {name}: {times[name][-1]:.2f} s, load {loads[-1]:.1f}", flush=True)
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
+    gap = logprob_gap(model, variants, batch, dtype)
     u, g, p, (t_min, t_max) = SHAPES[args.shape]
     print(f"{stamp()}; {args.threads} thread(s), {args.precision}; shape {args.shape}: {u} x {g} rows, P={p}, "
           f"T={t_min}-{t_max}, {batch.tokens} tokens")
@@ -170,6 +171,23 @@ def main() -> None:
               f"median {statistics.median(times[name]):.2f} s an update")
     print(f"after / before per repetition: {', '.join(f'{r:.2f}' for r in ratios)}; median "
           f"{statistics.median(ratios):.2f}; load 1-min median {statistics.median(loads):.1f}")
+    print(f"log-probs of the real tokens, after vs before: max |difference| {gap[0]:.2e}, mean {gap[1]:.2e} nats")
+
+
+def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch,
+                autocast_dtype: torch.dtype | None) -> tuple[float, float]:
+    """Max and mean |after - before| of the batch's response log-probs (one micro-batch of every row, no grad)."""
+    n, g = batch.response_ids.shape[0], batch.group_size
+    out = []
+    for module, attn, _ in variants.values():
+        model.config._attn_implementation = attn
+        with torch.no_grad():
+            lp, _ = module.shared_prefix_logprobs(
+                model, batch.prompt_ids, batch.prompt_mask, torch.arange(n) // g, batch.response_ids,
+                batch.response_mask, autocast_dtype=autocast_dtype)
+        out.append(lp[batch.response_mask.bool()])
+    diff = (out[1] - out[0]).abs()
+    return float(diff.max()), float(diff.mean())
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s, step_floor  # noqa: E402
+from machine import commit  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
 TRL_PINS = ["torch==2.13.0", "trl==1.16.0", "math-verify[antlr4_13_2]"]
@@ -70,7 +71,9 @@ def cpu_info() -> dict:
 
 
 def auto_precision(info: dict) -> str:
-    """bf16 where the CPU computes it natively (AVX-512 bf16 or AMX), else fp32 (emulated bf16 is ~20x slower)."""
+    """bf16 where the CPU computes it natively (AVX-512 bf16 or AMX), else fp32 (emulated bf16 is ~20x slower). One
+    precision for both sides (TRL takes one); the report prints both matmul rates, which show where this rule errs
+    (a CPU whose fp32 GEMM outruns its bf16 one: rlvr's own ``auto`` measures instead)."""
     return "bf16" if {"avx512_bf16", "amx_bf16"} & set(info["flags"]) else "fp32"
 
 
@@ -269,7 +272,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     info = cpu_info()
     precision = auto_precision(info) if args.precision == "auto" else args.precision
-    machine = {"cpu": info, "precision": precision, "threads": args.threads,
+    machine = {"cpu": info, "commit": commit(), "precision": precision, "threads": args.threads,
                "matmul_flops_per_s": {"bf16": matmul_flops_per_s(torch.bfloat16),
                                       "fp32": matmul_flops_per_s(torch.float32)},
                "read_bytes_per_s": read_bandwidth_bytes_per_s(), "load_1m_at_start": os.getloadavg()[0],

@@ -41,6 +41,9 @@ def _floor_rows(summ: dict) -> list[str]:
 
 FINDINGS = r"""## Profile and fixes
 
+Up to "Training toward its floor", every profile and A/B of this section was taken on the Intel Xeon with AVX-512,
+AVX512_BF16 and AMX (2 cores), 2026-12-01; that last subsection on an AMD EPYC with AVX512_BF16 and no AMX.
+
 py-spy (`py-spy record --native`) on rlvr's worker, SmolLM2-135M, 2 steps at 1 thread, before the fixes: rollout 55%
 of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the rest start-up.
 
@@ -169,12 +172,74 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   4-8 GB/s, bound by the instruction rate, slower than oneDNN; transparent huge pages through
   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` and `OMP_WAIT_POLICY=ACTIVE`: within run-to-run noise.
 
+### Training toward its floor (AMD EPYC, AVX512_BF16, no AMX, 2 cores; 2026-12-02)
+
+`python benchmarks/profile_update.py --shape S --precision P --micro-batch M` profiles one whole update (every
+micro-batch's forward and backward and the fused AdamW step) over random ids of a real step's shapes: `demo`
+(`recipes/demo.yaml`: 8 prompts x 8 samples, 96-token few-shot prompts, responses of 5-16 tokens) and `vs_trl`
+(this benchmark: 2 x 8, 57-token prompts, responses of 45-128 tokens). The floor is 6 x params x tokens (each
+group's prompt once) at the matmul rate that process measured in the same precision, at 1 thread. Code of 749ea9b,
+1 thread, load 0.9-1.1:
+
+| shape, precision, micro-batch | update s | floor s (matmul GFLOP/s) | update / floor | GEMMs | casts, copies | element-wise | attention, other | GEMM GFLOP/s reached |
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| demo, bf16, 16 | 15.3 | 6.14 (189) | 2.49x | 55% | 18% | 12% | 13% | 154 |
+| demo, bf16, 64 | 11.6 | 5.63 (206) | 2.06x | 63% | 13% | 13% | 6% | 175 |
+| vs_trl, bf16, 16 | 15.5 | 6.29 (192) | 2.46x | 64% | 12% | 13% | 7% | 183 |
+| demo, fp32, 16 | 21.8 | 15.0 (77) | 1.45x | 71% | 7% | 11% | 9% | 76 |
+
+Log-prob 1-4% and the optimizer step under 1% in every row. So on this CPU the update is already within 3x its
+floor; the Xeon's 6.2x came from AMX GEMMs twice as fast as this CPU's while the rest is not. What the rest is, by
+input shape (one micro-batch of 16, demo shape): the tied embedding's dense gradient, zero-filled (113 MB fp32)
+once for each of the two forwards (prompt, response) and then summed (~170 ms a micro-batch); the casts autocast
+makes of each fp32 weight forward and of its gradient back (~170 ms a micro-batch, paid per micro-batch); torch's
+CPU flash-attention kernel forward and backward on a prefill without padding (0.5 s a step: transformers passes no
+mask there, so the grouped path was skipped); the output layer and the fp32 log-prob over right-padded positions
+(the demo's responses average ~9 of 16 columns; this benchmark's 86 of 128).
+
+Changes:
+- **The output layer sees only scored positions** (`rlvr/models/logprobs.py`): a forward pre-hook on the LM head
+  hands it the (S, H) hidden states of the positions whose next token is real, so its GEMMs, the (S, V) logits, the
+  fp32 log-prob and their gradients skip the padding; padding log-probs are 0. Equal to the padded forward within
+  1e-5 (tests).
+- **A prefill without padding takes the grouped attention** (`rlvr/models/attention.py`): no mask over as many keys as
+  queries is causal, and is now written out as a boolean mask for the matmul path instead of handing over to the
+  flash kernel.
+
+Before/after, `python benchmarks/bench_update_ab.py --old-rev 749ea9b --shape S --before-micro-batch 16
+--micro-batch M` (both code versions in one process, alternated, 4 repetitions each after a warm-up, 1 thread,
+bf16, commit 54a00da):
+
+| shape, micro-batch before -> after | load | before s | after s | after / before per repetition | median |
+| --- | ---: | ---: | ---: | --- | ---: |
+| demo, 16 -> 16 | 1.0 | 14.52 | 13.47 | 0.92, 1.01, 0.95, 0.93 | 0.94 |
+| demo, 16 -> 16 | 2.3 | 13.32 | 12.76 | 0.55, 0.99, 0.93, 1.00 | 0.96 |
+| vs_trl, 16 -> 16 | 2.1 | 17.80 | 16.33 | 0.84, 0.93, 0.88, 1.00 | 0.91 |
+| demo, 16 -> 64 | 1.0 | 11.79 | 11.97 | 1.32, 1.15, 0.83, 0.76 | 0.99 |
+| demo, 16 -> 64 | 2.1 | 12.75 | 12.20 | 0.79, 0.88, 1.17, 0.99 | 0.94 |
+
+(The 0.55 is a first repetition whose "before" took 22 s while another run started.) The code changes take 4-9% off
+an update. One micro-batch of 64 for the demo does not pay on this CPU: the separate profiles (15.3 vs 11.6 s) did
+not hold up alternated in one process, where repetitions of the 64-row update spread over 9.9-14.5 s; its peak RSS
+in a whole demo run was 6.56 GB against 5.25 GB, so the demo keeps 16.
+
+Tried and dropped: torch's `THP_MEM_ALLOC_ENABLE=1` (large allocations on transparent huge pages; the update
+allocates and frees hundreds of MB per micro-batch): minor page faults 4.2M -> 1.4M in a profiling run, but system
+time 10.1 -> 12.8 s and the update within noise (12.2 vs 11.4 s, separate processes).
+
+Left: the whole model still runs over right padding (the `vs_trl` shape's 16 x 128 response columns hold 1,384 real
+tokens: a third of the GEMM work is padding), which packing the responses (gathering real tokens for the linear
+layers, padding only for attention) would remove; the per-micro-batch weight casts, which a bf16 training copy
+(fp32 master weights in the optimizer only) would remove; the embedding's second dense gradient.
+
 ## Earlier runs of this benchmark
 
-Same Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores), SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code:
+SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code, on the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2
+cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
 | --- | --- | --- | ---: | ---: | ---: |
+| a9fa9f7, 2026-12-01 | fused decode step, before the scored-positions LM head | 2 threads, quiet, 3 pairs | 13.4 | 45.5 | 0.29 |
 | 4683045, 2026-12-01 | packed linears, before the fused decode step | 2 threads, quiet, 3 pairs | 18.5 | 44.1 | 0.42 |
 | 36657a7, 2026-12-01 | decode loop, before packed linears | 1 thread, load 5-7, one pair | 27.0 | 96.8 | 0.28 |
 | 4508e44, 2026-12-01 | `generate`, before the decode loop | 3 pairs, loads 1.4-13.6 | 47.8 | 74.5 | 0.82 |
@@ -198,8 +263,14 @@ same Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCT
 | Intel Xeon, AVX-512 + AVX512_BF16 + AMX, 2 cores; fresh clone after `make test`; fused decode (31ccbe2, 2026-12-01) | bf16 | 377 s (run 361 s) | not logged | 0.414 ± 0.027 -> 0.936 ± 0.017 (16.3) |
 | the same Xeon, packed linears (1ba0bdd, 2026-12-01) | bf16 | 366 s | 5.0 GB | 0.379 ± 0.027 -> 0.908 ± 0.019 (15.8) |
 | the same Xeon capped to AVX2 kernels, quiet (4683045, 2026-12-01) | fp32 | 730 s | 4.6 GB | 0.402 ± 0.026 -> 0.951 ± 0.015 (18.4) |
+| AMD EPYC, AVX-512 + AVX512_BF16, no AMX, 2 cores; 1 torch thread, beside the next row (load ~2) (749ea9b, 2026-12-02) | bf16 both stages (matmul 96 vs 44 GFLOP/s, decode 3.1x) | 707 s | 5.2 GB | 0.396 ± 0.027 -> 0.924 ± 0.019 (16.3) |
+| the same EPYC, `trainer.precision: fp32` forced, beside the row above (749ea9b, 2026-12-02) | (fp32 set) | 1007 s | 4.6 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
+| the same EPYC, `optim.micro_batch_size: 64` (not the recipe's 16), 1 thread, beside A/B benchmarks (load ~2) (54a00da, 2026-12-02) | bf16 | 564 s | 6.6 GB | 0.396 ± 0.027 -> 0.893 ± 0.021 (14.8) |
 | the same, 1 torch thread, the other core busy (4683045, 2026-12-01) | fp32 | 1337 s | 4.5 GB | 0.402 -> 0.951 |
 
+- On the AMD EPYC `auto` measured bf16 faster for both stages, so forced bf16 is the same configuration (not run
+  again); the measurement itself is ~1.5 s once, then read from its cache. Median step there: rollout 3.6 s and update
+  12.4 s with `auto` (bf16), 5.9 s and 19.2 s in fp32; with 64-row micro-batches the update took 8.5 s (median).
 - Fused-decode bf16 run: evals 14.1 s and 10.5 s, steps 8-11 s, 605 CPU s (kernels already built by `make test`).
   Packed-linear bf16 run: evals 18.5 s and 14.9 s, steps 10-13 s, 590 CPU s. AVX2-capped run at 2 threads: eval
   before 65 s, steps 17-25 s, eval after ~50 s, 1145 CPU s.
@@ -347,6 +418,7 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
              + (": with `--reuse`, so finished runs of the same spec from earlier invocations (same code, same "
                 "settings, one pair added per invocation) were read back; the machine figures are this invocation's."
                 if "--reuse" in argv else ": every number above \"Other measurements\" comes from that one invocation.")
+             + f" Code measured: commit {machine.get('commit', 'not recorded')}."
              + " Raw per-step data: `benchmarks/results/vs_trl_raw.json`.", ""]
     if "smollm2" in summaries:
         lines += [f"step time ratio rlvr/TRL: {summaries['smollm2']['ratio']:.2f}", "",
@@ -356,8 +428,10 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               f"- CPU: {cpu['model']}, {cpu['cores']} cores, flags {', '.join(cpu['flags'])}; torch kernel level "
               f"{cpu['torch_capability']}. 1-minute load average {machine['load_1m_at_start']:.1f} at the start; "
               "each run's is in its table.",
-              f"- Precision: **{machine['precision']}** on both sides (`auto`: bf16 where the CPU has AVX-512 bf16 or "
-              "AMX, else fp32): fp32 master weights, bf16 autocast for generation and training forwards.",
+              f"- Precision: **{machine['precision']}** on both sides (the benchmark's `--precision auto`: bf16 where "
+              "the CPU has AVX-512 bf16 or AMX, else fp32; the matmul rates under \"The machine's limit\" show which "
+              "is faster here): fp32 master weights, bf16 autocast for the training forwards; generation from bf16 "
+              "weights on rlvr's side, under autocast on TRL's.",
               f"- torch threads: {machine['threads']} on both sides (`--threads`, default: every core). On cores "
               "shared with other jobs, fewer threads than cores is the fairer setting: OpenMP threads wait on each "
               "other when one is descheduled (on these 2 cores at load 7-11, a tiny-model step took 47-92 s at 2 "

@@ -22,12 +22,32 @@ Shapes: R rows, H query heads, H_kv KV heads, G = H / H_kv, Q query tokens, L ke
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+SEGMENTS_KWARG = "rlvr_segments"
+"""The forward keyword that carries :class:`PackedSegments` through an HF model down to its attention calls."""
+
+
+@dataclass
+class PackedSegments:
+    """How a packed row of N tokens (no padding) splits into attention segments, for :func:`segment_attention`.
+
+    ``spans``: ``(start, length, prefix_start, prefix_length)`` per segment, in order, covering positions 0..N-1
+    exactly once: a segment's queries attend causally to themselves after the ``prefix_length`` keys at
+    ``prefix_start`` (a group's prompt, shared by its responses; 0 for a prompt's own segment). ``layers_seen``
+    counts the attention calls that read them (the caller checks every layer did).
+    """
+
+    spans: list[tuple[int, int, int, int]]
+    layers_seen: int = 0
+
 
 GQA_ATTENTION = "rlvr_gqa"
 """The name :func:`grouped_query_attention` is registered under (a model's ``config._attn_implementation``)."""
@@ -55,6 +75,9 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     Returns:
         (R, Q, H, d) attention output (the layout of ``sdpa_attention_forward``), and None (no weights).
     """
+    segments = kwargs.get(SEGMENTS_KWARG)
+    if segments is not None:
+        return segment_attention(query, key, value, segments, scaling), None
     r, h, q, d = query.shape
     kv_heads = key.shape[1]
     groups = h // kv_heads
@@ -93,6 +116,49 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     probs = torch.softmax(scores, dim=-1).to(value.dtype)
     out = torch.matmul(probs, value)  # (R, H_kv, G * Q, d)
     return out.view(r, h, q, d).transpose(1, 2), None  # (R, Q, H, d)
+
+
+def segment_attention(query: Tensor, key: Tensor, value: Tensor, segments: PackedSegments,
+                      scaling: float | None = None) -> Tensor:
+    """Attention within the segments of one packed row (:class:`PackedSegments`): each segment's queries over its
+    prefix's keys and its own, causally; query head h reads KV head h // G. Under CPU autocast, fp32 queries/keys
+    (RoPE's fp32 cos/sin) are cast to the autocast dtype, as SDPA would; scores and softmax in fp32.
+
+    Args:
+        query: (1, H, N, d). key, value: (1, H_kv, N, d). scaling: the softmax scale (default d ** -0.5).
+    Returns:
+        (1, N, H, d), the layout of transformers' attention functions.
+    Raises:
+        ValueError: a batch of more than one row, or spans that do not cover the N positions in order.
+    """
+    rows, h, n, d = query.shape
+    if rows != 1:
+        raise ValueError(f"packed segments need one row, got {rows}")
+    if sum(span[1] for span in segments.spans) != n:
+        raise ValueError(f"segments cover {sum(span[1] for span in segments.spans)} positions of {n}")
+    segments.layers_seen += 1
+    kv_heads = key.shape[1]
+    groups = h // kv_heads
+    dtype = query.dtype
+    if query.device.type == "cpu" and dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+    q, k, v = query[0].to(dtype), key[0].to(dtype), value[0].to(dtype)  # (H, N, d), (H_kv, N, d)
+    scale = scaling if scaling is not None else d ** -0.5
+    outs = []
+    for start, length, prefix_start, prefix_length in segments.spans:
+        own = slice(start, start + length)
+        qs = q[:, own].reshape(kv_heads, groups * length, d)  # the G heads of a KV head stacked, as above
+        ks, vs = k[:, own], v[:, own]
+        if prefix_length:
+            prefix = slice(prefix_start, prefix_start + prefix_length)
+            ks, vs = torch.cat([k[:, prefix], ks], dim=1), torch.cat([v[:, prefix], vs], dim=1)
+        keys = prefix_length + length
+        scores = torch.matmul(qs, ks.transpose(-1, -2)).float() * scale  # (H_kv, G * n, P + n)
+        causal = torch.ones(length, keys, dtype=torch.bool, device=q.device).tril(prefix_length)
+        scores = scores.view(kv_heads, groups, length, keys).masked_fill(~causal, torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores.view(kv_heads, groups * length, keys), dim=-1).to(vs.dtype)
+        outs.append(torch.matmul(probs, vs).view(h, length, d))
+    return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0)  # (1, N, H, d)
 
 
 AttentionInterface.register(GQA_ATTENTION, grouped_query_attention)

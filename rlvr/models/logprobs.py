@@ -11,6 +11,8 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
+from rlvr.models.attention import GQA_ATTENTION, SEGMENTS_KWARG, PackedSegments
+
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
     """(N, L) positions that skip left padding, matching what ``generate`` uses; padding gets position 0."""
@@ -174,9 +176,14 @@ def shared_prefix_logprobs(
     autocast_dtype: torch.dtype | None = None,
     entropy_grad: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """Like :func:`response_logprobs`, but each distinct prompt goes through the model once and its KV cache is shared
-    by the rows (samples) of its group. Gradients flow through the shared cache, so the result and its gradient equal
-    the per-row forward; the prompt's compute is paid once per group instead of G times.
+    """Like :func:`response_logprobs`, but each distinct prompt goes through the model once, shared by the rows
+    (samples) of its group; the result and its gradient equal the per-row forward, and the prompt's compute is paid
+    once per group instead of G times.
+
+    Models with rlvr's attention (:data:`PACKED_MODEL_TYPES`, no sliding window) run one forward over a packed row
+    without padding: every prompt's tokens, then every response's, each response attending to its prompt's keys and
+    to itself (:class:`rlvr.models.attention.PackedSegments`); so no GEMM, norm or output-layer work is spent on
+    padding. Other models run the prompts with a KV cache, selected per row, then the right-padded responses over it.
 
     Args:
         prompt_ids: (U, P) distinct prompts, left-padded. prompt_mask: (U, P).
@@ -185,6 +192,10 @@ def shared_prefix_logprobs(
     Returns:
         logprobs (R, T) and entropy (R, T), fp32 (garbage on padding: mask them).
     """
+    layers = packed_layers(model)
+    if layers:
+        return _packed_logprobs(model, layers, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
+                                temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)
     device_type = prompt_ids.device.type
     t = response_ids.shape[1]
     with torch.autocast(device_type=device_type, dtype=autocast_dtype or torch.float32,
@@ -252,3 +263,70 @@ class _only_rows:
     def __exit__(self, *exc: object) -> None:
         if self.handle is not None:
             self.handle.remove()
+
+
+PACKED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+"""Model types whose attention modules pass the forward's keywords to the attention function unchanged and need
+nothing else from it (no soft-capping, no sinks): packed rows are exact for them."""
+
+
+def packed_layers(model: torch.nn.Module) -> int:
+    """The layer count of ``model`` (an HF causal LM, through a DeepSpeed engine's ``.module`` or peft) if its
+    training forward can run packed rows (rlvr's attention, a :data:`PACKED_MODEL_TYPES` type, no sliding window),
+    else 0."""
+    config = getattr(getattr(model, "module", model), "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != GQA_ATTENTION:
+        return 0
+    if getattr(config, "model_type", None) not in PACKED_MODEL_TYPES:
+        return 0
+    sliding = "sliding_attention" in (getattr(config, "layer_types", None) or [])
+    if sliding or (getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None)):
+        return 0
+    return int(getattr(config, "num_hidden_layers", 0) or 0)
+
+
+def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, prompt_mask: Tensor, row_prompt: Tensor,
+                     response_ids: Tensor, response_mask: Tensor, *, temperature: float,
+                     autocast_dtype: torch.dtype | None, entropy_grad: bool) -> tuple[Tensor, Tensor]:
+    """:func:`shared_prefix_logprobs` as one forward over one packed row (U prompts, then R responses, no padding).
+
+    The output layer runs on R + S positions: each row's prompt-last position (it predicts response token 0; the
+    prompt's hidden state gathered once per row) and the S positions whose next response token is real.
+    Raises:
+        RuntimeError: not every attention layer read the packed segments (the model dropped the keyword).
+    """
+    dev = prompt_ids.device
+    u, (r, t) = prompt_ids.shape[0], response_ids.shape
+    p_len, r_len = prompt_mask.sum(1).tolist(), response_mask.sum(1).tolist()
+    ids = [prompt_ids[i, prompt_mask[i].bool()] for i in range(u)] + [response_ids[j, :r_len[j]] for j in range(r)]
+    offsets = [0]
+    for piece in ids:
+        offsets.append(offsets[-1] + len(piece))
+    groups = row_prompt.tolist()
+    positions = [torch.arange(n) for n in p_len] + [torch.arange(p_len[g], p_len[g] + n)
+                                                    for g, n in zip(groups, r_len, strict=True)]
+    spans = [(offsets[i], p_len[i], 0, 0) for i in range(u)]
+    spans += [(offsets[u + j], r_len[j], offsets[g], p_len[g]) for j, g in enumerate(groups)]
+    last = [offsets[g] + p_len[g] - 1 for g in groups]  # (R,) each row's prompt-last position
+    scored = [torch.arange(offsets[u + j], offsets[u + j] + max(n - 1, 0)) for j, n in enumerate(r_len)]
+    keep = torch.cat([torch.tensor(last), *scored]).to(dev)
+    targets = torch.cat([response_ids[:, 0], *(response_ids[j, 1:n] for j, n in enumerate(r_len))])
+    segments = PackedSegments(spans)
+    # a 4D mask is passed through as it is (no (N, N) mask is built); segment_attention does not read it
+    placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=dev)
+    with torch.autocast(device_type=dev.type, dtype=autocast_dtype or torch.float32,
+                        enabled=autocast_dtype is not None):
+        out = model(input_ids=torch.cat(ids).unsqueeze(0), attention_mask=placeholder,
+                    position_ids=torch.cat(positions).to(dev).unsqueeze(0), use_cache=False, logits_to_keep=keep,
+                    **{SEGMENTS_KWARG: segments})
+    if segments.layers_seen != layers:
+        raise RuntimeError(f"{segments.layers_seen} of {layers} attention layers read the packed segments: the "
+                           f"model's attention did not receive the {SEGMENTS_KWARG!r} keyword")
+    lp, ent = token_logprobs_from_logits(out.logits, targets.unsqueeze(0), temperature, entropy_grad)
+    real = response_mask[:, 1:].bool()  # (R, T - 1) response tokens 1.. that are real, row-major as `scored`
+
+    def unpack(x: Tensor) -> Tensor:  # (1, R + S) -> (R, T), 0 on padding
+        rest = x.new_zeros(r, t - 1).masked_scatter(real, x[0, r:])
+        return torch.cat([x[0, :r].unsqueeze(1), rest], dim=1)
+
+    return unpack(lp), unpack(ent)

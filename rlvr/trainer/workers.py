@@ -106,9 +106,10 @@ class ModelWorker:
                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Log-probs and entropy (R, T_micro) of the micro-batch ``idx``; returns them with T_micro.
 
-        Each distinct prompt of the micro-batch is run once and its KV cache shared by its group's rows
-        (:func:`rlvr.models.logprobs.shared_prefix_logprobs`): with prompts much longer than answers this divides the
-        forward/backward cost by up to G. Gradient checkpointing disables HF's KV cache, so it uses one row per prompt.
+        Each distinct prompt of the micro-batch is run once and shared by its group's rows, in one packed row without
+        padding or through a KV cache (:func:`rlvr.models.logprobs.shared_prefix_logprobs`): with prompts much longer
+        than answers this divides the forward/backward cost by up to G. Gradient checkpointing disables HF's KV cache,
+        so it uses one padded row per sample.
         """
         kw = dict(temperature=self.temperature, autocast_dtype=self.autocast_dtype, entropy_grad=entropy_grad)
         if self.gradient_checkpointing:
