@@ -171,23 +171,29 @@ def main() -> None:
               f"median {statistics.median(times[name]):.2f} s an update")
     print(f"after / before per repetition: {', '.join(f'{r:.2f}' for r in ratios)}; median "
           f"{statistics.median(ratios):.2f}; load 1-min median {statistics.median(loads):.1f}")
-    print(f"log-probs of the real tokens, after vs before: max |difference| {gap[0]:.2e}, mean {gap[1]:.2e} nats")
+    for name, (worst, mean) in gap.items():
+        print(f"log-probs of the real tokens, {name}: max |difference| {worst:.2e}, mean {mean:.2e} nats")
 
 
 def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch,
-                autocast_dtype: torch.dtype | None) -> tuple[float, float]:
-    """Max and mean |after - before| of the batch's response log-probs (one micro-batch of every row, no grad)."""
+                autocast_dtype: torch.dtype | None) -> dict[str, tuple[float, float]]:
+    """Max and mean |difference| of the batch's response log-probs (all rows in one micro-batch, no grad): after vs
+    before, and each against the before code in fp32 (what rounding alone moves; random ids make high-entropy
+    predictions, so bf16 moves them more than real text would)."""
     n, g = batch.response_ids.shape[0], batch.group_size
-    out = []
-    for module, attn, _ in variants.values():
+    real = batch.response_mask.bool()
+
+    def logprobs(name: str, dtype: torch.dtype | None) -> torch.Tensor:
+        module, attn, _ = variants[name]
         model.config._attn_implementation = attn
         with torch.no_grad():
-            lp, _ = module.shared_prefix_logprobs(
-                model, batch.prompt_ids, batch.prompt_mask, torch.arange(n) // g, batch.response_ids,
-                batch.response_mask, autocast_dtype=autocast_dtype)
-        out.append(lp[batch.response_mask.bool()])
-    diff = (out[1] - out[0]).abs()
-    return float(diff.max()), float(diff.mean())
+            lp, _ = module.shared_prefix_logprobs(model, batch.prompt_ids, batch.prompt_mask, torch.arange(n) // g,
+                                                  batch.response_ids, batch.response_mask, autocast_dtype=dtype)
+        return lp[real]
+
+    ref, before, after = logprobs("before", None), logprobs("before", autocast_dtype), logprobs("after", autocast_dtype)
+    pairs = {"after vs before": after - before, "before vs fp32": before - ref, "after vs fp32": after - ref}
+    return {name: (float(d.abs().max()), float(d.abs().mean())) for name, d in pairs.items()}
 
 
 if __name__ == "__main__":

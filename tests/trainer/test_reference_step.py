@@ -356,9 +356,14 @@ def test_trainer_step_equals_the_reference(name, shared):
     _assert_close_grads(grads, ref_grads, name)
     assert metrics["train/loss"] == pytest.approx(sum(ref_losses) / len(ref_losses), rel=1e-4, abs=1e-6)
     for (pname, q), r in zip(p.trainer.model.named_parameters(), ref_model.parameters()):
-        # atol 1e-4 against ~3e-3 moves: Adam divides by sqrt(v), so a weight whose gradient is float noise in both
-        # (~1e-10) can move ~1e-5 in either direction
-        torch.testing.assert_close(q.detach(), r.detach(), rtol=1e-4, atol=1e-4, msg=lambda m: f"{name} {pname}: {m}")
+        # atol 1e-4 against ~3e-3 moves. Adam divides by sqrt(v) + 1e-8: a weight whose gradient is float noise in
+        # both (|g| ~1e-9, where two equal sums in another order differ) moves by up to lr in either direction, so
+        # those weights are held to that bound instead
+        noise = torch.stack([step[pname].abs() for step in ref_grads]).amax(0) < 1e-7
+        moved, want = q.detach(), r.detach()
+        torch.testing.assert_close(moved[~noise], want[~noise], rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{name} {pname}: {m}")
+        assert bool(((moved - want).abs()[noise] <= 2 * 3e-3 * len(ref_grads)).all()), pname
     # the batch really exercised what the case is about
     if case.off_policy and case.policy_loss == "ppo_clip" and case.level == "token":
         assert metrics["train/clip_fraction_low"] > 0 and metrics["train/clip_fraction_high"] > 0, metrics
