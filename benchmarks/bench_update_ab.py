@@ -109,6 +109,7 @@ def _module_at(rev: str, path: str, name: str, folder: Path) -> ModuleType:
     file.write_text(source.stdout)
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -137,6 +138,8 @@ def main() -> None:
     AttentionInterface.register("rlvr_gqa_before", old_attention.grouped_query_attention)
     AttentionMaskInterface.register("rlvr_gqa_before", sdpa_mask)
     AttentionInterface.register(attention.GQA_ATTENTION, attention.grouped_query_attention)
+    if hasattr(old_logprobs, "GQA_ATTENTION"):  # the old code checks for its attention under rlvr's name
+        old_logprobs.GQA_ATTENTION = "rlvr_gqa_before"
 
     model = load_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)

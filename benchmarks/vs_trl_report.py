@@ -198,44 +198,63 @@ mask there, so the grouped path was skipped); the output layer and the fp32 log-
 (the demo's responses average ~9 of 16 columns; this benchmark's 86 of 128).
 
 Changes:
-- **The output layer sees only scored positions** (`rlvr/models/logprobs.py`): a forward pre-hook on the LM head
-  hands it the (S, H) hidden states of the positions whose next token is real, so its GEMMs, the (S, V) logits, the
-  fp32 log-prob and their gradients skip the padding; padding log-probs are 0. Equal to the padded forward within
-  1e-5 (tests).
-- **A prefill without padding takes the grouped attention** (`rlvr/models/attention.py`): no mask over as many keys as
-  queries is causal, and is now written out as a boolean mask for the matmul path instead of handing over to the
-  flash kernel.
+- **Packed rows** (`rlvr/models/logprobs.py`, `segment_attention` in `rlvr/models/attention.py`): for Llama,
+  Mistral and Qwen2/3 models on rlvr's attention, a micro-batch's training forward is one row of every prompt once
+  and then every response, with no padding at all; each response attends to its prompt's keys and to itself
+  (causally), one small attention per segment. The output layer runs on each row's prompt-last position and on the
+  positions whose next token is real, nothing else. One forward instead of two (prompt with a KV cache, then the
+  responses over it), so also one dense embedding gradient instead of two. In fp32 the log-probs, entropies and every
+  gradient equal the per-row padded forward's within 1e-5 (tests); a model whose attention does not receive the
+  segments raises instead of attending across the row. Where the kept attention scores would pass 128 MiB a layer
+  (long responses), the forward takes the KV-cache path below, whose SDPA keeps none.
+- Other models keep the KV-cache path, where **the output layer sees only scored positions** (a forward pre-hook
+  hands the LM head the (S, H) hidden states of the positions whose next token is real) and **a prefill without
+  padding takes the grouped attention** (no mask over as many keys as queries is causal, written out as a boolean mask
+  for the matmul path instead of handing over to the flash kernel).
 
 Before/after, `python benchmarks/bench_update_ab.py --old-rev 749ea9b --shape S --before-micro-batch 16
 --micro-batch M` (both code versions in one process, alternated, 4 repetitions each after a warm-up, 1 thread,
 bf16, commit 54a00da):
 
-| shape, micro-batch before -> after | load | before s | after s | after / before per repetition | median |
+| code after (commit), shape, micro-batch before -> after | load | before s | after s | after / before per repetition | median |
 | --- | ---: | ---: | ---: | --- | ---: |
-| demo, 16 -> 16 | 1.0 | 14.52 | 13.47 | 0.92, 1.01, 0.95, 0.93 | 0.94 |
-| demo, 16 -> 16 | 2.3 | 13.32 | 12.76 | 0.55, 0.99, 0.93, 1.00 | 0.96 |
-| vs_trl, 16 -> 16 | 2.1 | 17.80 | 16.33 | 0.84, 0.93, 0.88, 1.00 | 0.91 |
-| demo, 16 -> 64 | 1.0 | 11.79 | 11.97 | 1.32, 1.15, 0.83, 0.76 | 0.99 |
-| demo, 16 -> 64 | 2.1 | 12.75 | 12.20 | 0.79, 0.88, 1.17, 0.99 | 0.94 |
+| **packed rows (83f0392), vs_trl, 16 -> 16** | 0.8 | 15.49 | 9.70 | 0.64, 0.62, 0.62, 0.64 | **0.63** |
+| **packed rows (83f0392), demo, 16 -> 16** | 1.0 | 14.93 | 11.83 | 0.85, 0.83, 0.77, 0.77 | **0.80** |
+| packed rows, 2 threads: the KV-cache path of fdf9470 -> one padded attention batch per bucket (not kept) | 1.5 | 8.34 | 6.22 | 0.70, 0.79, 0.69, 0.79 | 0.75 |
+| packed rows, 2 threads: one attention per segment (fdf9470, kept) -> one batch per bucket (not kept) | 1.7 | 5.61 | 6.07 | 1.09, 1.16, 1.13, 1.02 | 1.11 |
+| LM head on scored positions only (54a00da), vs_trl, 16 -> 16 | 2.1 | 17.80 | 16.33 | 0.84, 0.93, 0.88, 1.00 | 0.91 |
+| the same, demo, 16 -> 16 | 1.0 | 14.52 | 13.47 | 0.92, 1.01, 0.95, 0.93 | 0.94 |
+| the same, demo, 16 -> 16 | 2.3 | 13.32 | 12.76 | 0.55, 0.99, 0.93, 1.00 | 0.96 |
+| the same, demo, 16 -> 64 | 1.0 | 11.79 | 11.97 | 1.32, 1.15, 0.83, 0.76 | 0.99 |
+| the same, demo, 16 -> 64 | 2.1 | 12.75 | 12.20 | 0.79, 0.88, 1.17, 0.99 | 0.94 |
 
-(The 0.55 is a first repetition whose "before" took 22 s while another run started.) The code changes take 4-9% off
-an update. One micro-batch of 64 for the demo does not pay on this CPU: the separate profiles (15.3 vs 11.6 s) did
-not hold up alternated in one process, where repetitions of the 64-row update spread over 9.9-14.5 s; its peak RSS
-in a whole demo run was 6.56 GB against 5.25 GB, so the demo keeps 16.
+(The 0.55 is a first repetition whose "before" took 22 s while another run started.) Packed rows take 37% off this
+benchmark's update (its responses of 45-128 tokens padded to 128 made a third of the work) and 20% off the demo's.
+The update's floor counts tokens without padding, so against it the `vs_trl` update goes from 2.46x to ~1.55x at 1
+thread; at 2 threads, in the last two rows, 8.34 s on the KV-cache path against 5.61 s packed (from two runs, so
+not one ratio). Gathering the prompt segments and the response segments into one padded attention batch each
+(fewer, larger ops) lost to one small attention per segment by 11% at 2 threads, with bit-identical log-probs, and
+was dropped. Against an fp32 forward of the same random ids (high-entropy predictions, so bf16 rounding shows), the
+log-probs of the real tokens differ by 0.0386 nats on average before and 0.0392 after (at most 0.25 and 0.29): the
+same rounding. One micro-batch of 64 for the demo did not pay on this CPU: the separate profiles (15.3 vs 11.6
+s) did not hold up alternated in one process, where repetitions of the 64-row update spread over 9.9-14.5 s; its
+peak RSS in a whole demo run was 6.56 GB against 5.25 GB, so the demo keeps 16.
 
 Tried and dropped: torch's `THP_MEM_ALLOC_ENABLE=1` (large allocations on transparent huge pages; the update
 allocates and frees hundreds of MB per micro-batch): minor page faults 4.2M -> 1.4M in a profiling run, but system
 time 10.1 -> 12.8 s and the update within noise (12.2 vs 11.4 s, separate processes).
 
-Left: the whole model still runs over right padding (the `vs_trl` shape's 16 x 128 response columns hold 1,384 real
-tokens: a third of the GEMM work is padding), which packing the responses (gathering real tokens for the linear
-layers, padding only for attention) would remove; the per-micro-batch weight casts, which a bf16 training copy
-(fp32 master weights in the optimizer only) would remove; the embedding's second dense gradient.
+Left: the per-micro-batch casts of every fp32 weight to bf16 and of its gradient back (~170 ms a micro-batch here),
+which a bf16 training copy (fp32 master weights in the optimizer only) would remove; RMSNorm, SiLU and RoPE as
+separate element-wise ops (13%); gradient checkpointing (the GPU recipes) still runs padded rows, one per sample,
+since HF's checkpointing turns the KV cache off (packed rows need no cache, so they could serve it too).
 
 ## Earlier runs of this benchmark
 
-SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code, on the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2
-cores):
+SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code. On the AMD EPYC above, 2 threads, 3 pairs, load
+1.5-2.1 (7215acf, 2026-12-02: the scored-positions LM head, before packed rows): rlvr 12.5 s (generation 4.37,
+training 7.97: 2.8x its floor), TRL 38.4 s (training 6.2x), ratio **0.33** (0.33, 0.33, 0.32); the tiny model 0.20.
+On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
 | --- | --- | --- | ---: | ---: | ---: |

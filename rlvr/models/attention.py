@@ -48,6 +48,11 @@ class PackedSegments:
     spans: list[tuple[int, int, int, int]]
     layers_seen: int = 0
 
+    def scores_bytes(self, heads: int) -> int:
+        """Bytes :func:`segment_attention` keeps per layer for the backward: every segment's fp32 scores and bf16
+        probabilities over its prefix and itself."""
+        return sum(scores_bytes(1, heads, length, prefix + length) for _, length, _, prefix in self.spans)
+
 
 GQA_ATTENTION = "rlvr_gqa"
 """The name :func:`grouped_query_attention` is registered under (a model's ``config._attn_implementation``)."""

@@ -11,7 +11,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
-from rlvr.models.attention import GQA_ATTENTION, SEGMENTS_KWARG, PackedSegments
+from rlvr.models.attention import GQA_ATTENTION, MAX_SCORES_BYTES, SEGMENTS_KWARG, PackedSegments
 
 
 def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
@@ -183,7 +183,9 @@ def shared_prefix_logprobs(
     Models with rlvr's attention (:data:`PACKED_MODEL_TYPES`, no sliding window) run one forward over a packed row
     without padding: every prompt's tokens, then every response's, each response attending to its prompt's keys and
     to itself (:class:`rlvr.models.attention.PackedSegments`); so no GEMM, norm or output-layer work is spent on
-    padding. Other models run the prompts with a KV cache, selected per row, then the right-padded responses over it.
+    padding. Its attention keeps every segment's scores for the backward; where they would pass
+    :data:`rlvr.models.attention.MAX_SCORES_BYTES` a layer (long responses), and for other models, the prompts run
+    with a KV cache, selected per row, then the right-padded responses over it (SDPA there keeps no scores).
 
     Args:
         prompt_ids: (U, P) distinct prompts, left-padded. prompt_mask: (U, P).
@@ -194,8 +196,10 @@ def shared_prefix_logprobs(
     """
     layers = packed_layers(model)
     if layers:
-        return _packed_logprobs(model, layers, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
-                                temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)
+        packed = _packed_logprobs(model, layers, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
+                                  temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)
+        if packed is not None:
+            return packed
     device_type = prompt_ids.device.type
     t = response_ids.shape[1]
     with torch.autocast(device_type=device_type, dtype=autocast_dtype or torch.float32,
@@ -287,8 +291,9 @@ def packed_layers(model: torch.nn.Module) -> int:
 
 def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, prompt_mask: Tensor, row_prompt: Tensor,
                      response_ids: Tensor, response_mask: Tensor, *, temperature: float,
-                     autocast_dtype: torch.dtype | None, entropy_grad: bool) -> tuple[Tensor, Tensor]:
-    """:func:`shared_prefix_logprobs` as one forward over one packed row (U prompts, then R responses, no padding).
+                     autocast_dtype: torch.dtype | None, entropy_grad: bool) -> tuple[Tensor, Tensor] | None:
+    """:func:`shared_prefix_logprobs` as one forward over one packed row (U prompts, then R responses, no padding);
+    None where its attention scores would pass :data:`rlvr.models.attention.MAX_SCORES_BYTES` a layer.
 
     The output layer runs on R + S positions: each row's prompt-last position (it predicts response token 0; the
     prompt's hidden state gathered once per row) and the S positions whose next response token is real.
@@ -312,6 +317,9 @@ def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, pr
     keep = torch.cat([torch.tensor(last), *scored]).to(dev)
     targets = torch.cat([response_ids[:, 0], *(response_ids[j, 1:n] for j, n in enumerate(r_len))])
     segments = PackedSegments(spans)
+    heads = getattr(getattr(getattr(model, "module", model), "config", None), "num_attention_heads", 0)
+    if segments.scores_bytes(heads) > MAX_SCORES_BYTES:
+        return None
     # a 4D mask is passed through as it is (no (N, N) mask is built); segment_attention does not read it
     placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=dev)
     with torch.autocast(device_type=dev.type, dtype=autocast_dtype or torch.float32,

@@ -137,3 +137,36 @@ def test_bf16_training_prefill_without_mask_takes_the_matmul_path_causally(monke
     # a mask-less call with fewer queries than keys is not ours to read (no causal offset is implied): SDPA
     with pytest.raises(AssertionError, match="SDPA was called"):
         grouped_query_attention(_Attn(), query[:, :, :2], key, value, None, scaling=0.3)
+
+
+def _segment_reference(query, key, value, spans, scale):
+    """Each segment by hand: softmax over its prefix's keys and its own causal keys, query head h on KV head h // G."""
+    h, kv_heads = query.shape[1], key.shape[1]
+    out = torch.zeros(query.shape[2], h, query.shape[3])
+    for start, length, prefix_start, prefix_length in spans:
+        keys = list(range(prefix_start, prefix_start + prefix_length)) + list(range(start, start + length))
+        for i in range(length):
+            seen = keys[:prefix_length + i + 1]
+            for head in range(h):
+                kv = head // (h // kv_heads)
+                w = torch.softmax(query[0, head, start + i] @ key[0, kv, seen].T * scale, -1)
+                out[start + i, head] = w @ value[0, kv, seen]
+    return out
+
+
+@pytest.mark.parametrize("spans", [
+    [(0, 4, 0, 0), (4, 3, 0, 0), (7, 3, 0, 4), (10, 2, 4, 3), (12, 1, 0, 4)],  # prompts, then responses
+    [(0, 4, 0, 0), (4, 3, 0, 4), (7, 3, 0, 0), (10, 2, 7, 3)],                 # interleaved: reordered back
+])
+def test_segment_attention_equals_each_segment_by_hand(spans):
+    from rlvr.models.attention import PackedSegments, segment_attention
+
+    torch.manual_seed(0)
+    n = sum(s[1] for s in spans)
+    query, key, value = torch.randn(1, 6, n, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+    segments = PackedSegments(spans)
+    out = segment_attention(query, key, value, segments, scaling=0.3)
+    assert out.shape == (1, n, 6, 8) and segments.layers_seen == 1
+    torch.testing.assert_close(out[0], _segment_reference(query, key, value, spans, 0.3), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="segments cover"):
+        segment_attention(query[:, :, :-1], key[:, :, :-1], value[:, :, :-1], PackedSegments(spans))

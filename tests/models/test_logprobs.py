@@ -119,3 +119,22 @@ def test_packed_row_refuses_a_model_whose_attention_drops_the_segments(tmp_path,
         q, k, v, attention.PackedSegments(segs.spans), scaling))  # computes, but the caller's count stays 0
     with pytest.raises(RuntimeError, match="0 of 2 attention layers read the packed segments"):
         shared_prefix_logprobs(model, *_grouped_inputs())
+
+
+def test_packed_rows_give_way_to_the_kv_cache_when_scores_would_be_too_large(tmp_path, monkeypatch):
+    """Past MAX_SCORES_BYTES of attention scores a layer (long responses), the forward takes the KV-cache path (two
+    forwards: prompts, then responses) with the same results."""
+    import rlvr.models.logprobs as logprobs
+    from rlvr.models.attention import use_grouped_query_attention
+
+    model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "m", hidden=32)).eval()
+    use_grouped_query_attention(model)
+    calls = []
+    model.lm_head.register_forward_hook(lambda _m, args, _out: calls.append(1))
+    packed, _ = shared_prefix_logprobs(model, *_grouped_inputs())
+    assert len(calls) == 1
+    monkeypatch.setattr(logprobs, "MAX_SCORES_BYTES", 1)
+    cached, _ = shared_prefix_logprobs(model, *_grouped_inputs())
+    assert len(calls) == 3
+    m = _grouped_inputs()[4].bool()
+    torch.testing.assert_close(cached[m], packed[m], atol=1e-5, rtol=1e-5)
