@@ -206,15 +206,16 @@ Changes:
   responses over it), so also one dense embedding gradient instead of two. In fp32 the log-probs, entropies and every
   gradient equal the per-row padded forward's within 1e-5 (tests); a model whose attention does not receive the
   segments raises instead of attending across the row. Where the kept attention scores would pass 128 MiB a layer
-  (long responses), the forward takes the KV-cache path below, whose SDPA keeps none.
+  (long responses), the forward takes the KV-cache path below, whose SDPA keeps none; so does ZeRO-3 over several
+  ranks, where every rank must make as many forwards.
 - Other models keep the KV-cache path, where **the output layer sees only scored positions** (a forward pre-hook
   hands the LM head the (S, H) hidden states of the positions whose next token is real) and **a prefill without
   padding takes the grouped attention** (no mask over as many keys as queries is causal, written out as a boolean mask
   for the matmul path instead of handing over to the flash kernel).
 
 Before/after, `python benchmarks/bench_update_ab.py --old-rev 749ea9b --shape S --before-micro-batch 16
---micro-batch M` (both code versions in one process, alternated, 4 repetitions each after a warm-up, 1 thread,
-bf16, commit 54a00da):
+--micro-batch M` (both code versions in one process, alternated, 4 repetitions each after a warm-up, bf16, 1
+thread unless the row says 2; each row names the code measured):
 
 | code after (commit), shape, micro-batch before -> after | load | before s | after s | after / before per repetition | median |
 | --- | ---: | ---: | ---: | --- | ---: |

@@ -175,6 +175,7 @@ def shared_prefix_logprobs(
     temperature: float = 1.0,
     autocast_dtype: torch.dtype | None = None,
     entropy_grad: bool = False,
+    packed: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Like :func:`response_logprobs`, but each distinct prompt goes through the model once, shared by the rows
     (samples) of its group; the result and its gradient equal the per-row forward, and the prompt's compute is paid
@@ -191,10 +192,12 @@ def shared_prefix_logprobs(
         prompt_ids: (U, P) distinct prompts, left-padded. prompt_mask: (U, P).
         row_prompt: (R,) long, the prompt row of each response row.
         response_ids: (R, T) responses, right-padded. response_mask: (R, T) 1 on real response tokens.
+        packed: allow packed rows. The two paths make different numbers of forwards, so where forwards are
+            collectives (ZeRO-3 over several ranks) the caller passes False: the choice must not differ by rank.
     Returns:
         logprobs (R, T) and entropy (R, T), fp32 (garbage on padding: mask them).
     """
-    layers = packed_layers(model)
+    layers = packed_layers(model) if packed else 0
     if layers:
         packed = _packed_logprobs(model, layers, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
                                   temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)

@@ -68,6 +68,12 @@ class ModelWorker:
         return self.engine if self.engine is not None else self.model
 
     @property
+    def packed_rows(self) -> bool:
+        """Whether forwards may use packed rows: not where they are collectives (ZeRO-3 over several ranks), since
+        packed rows fall back to two forwards for long responses and every rank must make as many."""
+        return not (self.dist.world_size > 1 and self.synced and self.plan.zero_stage == 3)
+
+    @property
     def synced(self) -> bool:
         """Whether forwards go through DeepSpeed (and so may be collectives: ZeRO-3 parameter gathers)."""
         return self.engine is not None
@@ -97,7 +103,7 @@ class ModelWorker:
                 lp, _ = response_logprobs(self.runner, torch.cat([one, one], 1), torch.cat([mask, mask], 1), 1, **kw)
             else:
                 lp, _ = shared_prefix_logprobs(self.runner, one, mask, torch.zeros(1, dtype=torch.long, device=dev),
-                                               one, mask, **kw)
+                                               one, mask, packed=self.packed_rows, **kw)
             if backward:
                 self.backward(lp.sum() * 0.0)
 
@@ -130,7 +136,7 @@ class ModelWorker:
         row_prompt = torch.tensor([slot[i // batch.group_size] for i in idx], device=dev)
         lp, ent = shared_prefix_logprobs(self.runner, p_ids.to(dev), p_mask.to(dev), row_prompt,
                                          batch.input_ids[idx, p:p + t].to(dev),
-                                         batch.attention_mask[idx, p:p + t].to(dev), **kw)
+                                         batch.attention_mask[idx, p:p + t].to(dev), packed=self.packed_rows, **kw)
         return lp, ent, t
 
     def _trim(self, batch: RolloutBatch, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:

@@ -133,8 +133,11 @@ def test_packed_rows_give_way_to_the_kv_cache_when_scores_would_be_too_large(tmp
     model.lm_head.register_forward_hook(lambda _m, args, _out: calls.append(1))
     packed, _ = shared_prefix_logprobs(model, *_grouped_inputs())
     assert len(calls) == 1
+    shared_prefix_logprobs(model, *_grouped_inputs(), packed=False)  # the caller's choice (ZeRO-3 over ranks)
+    assert len(calls) == 3
+    calls.clear()
     monkeypatch.setattr(logprobs, "MAX_SCORES_BYTES", 1)
     cached, _ = shared_prefix_logprobs(model, *_grouped_inputs())
-    assert len(calls) == 3
+    assert len(calls) == 2
     m = _grouped_inputs()[4].bool()
     torch.testing.assert_close(cached[m], packed[m], atol=1e-5, rtol=1e-5)

@@ -167,3 +167,19 @@ def test_group_statistics_of_a_rank_without_prompts():
     assert zero_variance_groups(rewards, valid).tolist() == [True, True]
     assert zero_variance_groups(rewards).tolist() == [False, False]
     assert solve_counts(rewards >= 1.0, valid.bool()) == [(3, 3), (2, 2)]
+
+
+@pytest.mark.parametrize(("world_size", "zero_stage", "engine", "packed"), [
+    (1, 3, object(), True),   # one rank: no collective to match
+    (2, 2, object(), True),   # ZeRO-2 gathers nothing in the forward
+    (2, 3, object(), False),  # ZeRO-3 over ranks: packed rows may fall back to two forwards on one rank only
+    (2, 3, None, True),       # a frozen unsharded module: its forwards are local
+])
+def test_packed_rows_only_where_forwards_are_not_collectives(world_size, zero_stage, engine, packed):
+    from rlvr.trainer.distributed import DistInfo
+    from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
+
+    worker = ModelWorker(torch.nn.Linear(1, 1), engine, dist=DistInfo(0, world_size, 0, torch.device("cpu")),
+                         plan=MicroBatchPlan(8, None, zero_stage), pad_id=0, temperature=1.0, autocast_dtype=None,
+                         gradient_checkpointing=False)
+    assert worker.packed_rows is packed
