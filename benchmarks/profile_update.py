@@ -3,7 +3,8 @@
     python benchmarks/profile_update.py --shape demo --precision bf16 --micro-batch 16 --threads 1
 
 One update as the trainer runs it (:func:`bench_update_ab.run_update`: the shared-prefix forward per micro-batch, a
-token-weighted backward, one fused AdamW step) over random ids of a real step's shapes, ``demo`` (``recipes/demo.yaml``'s step) or ``vs_trl`` (``bench_vs_trl.py``'s): :data:`bench_update_ab.SHAPES`.
+token-weighted backward, one fused AdamW step) over random ids of a real step's shapes, ``demo``
+(``recipes/demo.yaml``'s step) or ``vs_trl`` (``bench_vs_trl.py``'s): :data:`bench_update_ab.SHAPES`.
 
 Prints the wall time, the op time by category (GEMMs, casts and copies, attention, the log-prob, element-wise,
 optimizer, other), the GEMMs' achieved FLOP/s, and the step's training floor (6 x params x tokens, a group's prompt
@@ -23,19 +24,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_update_ab import SHAPES, load_model, make_batch, run_update  # noqa: E402
+from compute_floor import matmul_flops_per_s, step_floor  # noqa: E402
+from machine import stamp  # noqa: E402
 
 CATEGORIES = [  # first match wins; matched against the profiler's op names
     ("gemm", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn")),
     ("cast/copy", ("aten::_to_copy", "aten::copy_", "aten::clone", "aten::contiguous", "aten::cat",
                    "aten::index_select", "aten::index", "aten::gather", "aten::scatter", "aten::fill_",
                    "aten::zero_", "aten::zeros", "aten::empty")),
-    ("attention", ("softmax", "aten::_softmax", "masked_fill", "aten::where", "grouped_query")),
-    ("log-prob", ("_FusedTokenLogprobs", "logsumexp", "aten::exp", "aten::sub_", "aten::scatter_add")),
+    ("attention", ("softmax", "masked_fill", "aten::where", "grouped_query")),
+    ("log-prob", ("_FusedTokenLogprobs", "logsumexp", "aten::exp", "aten::sub_")),
     ("optimizer", ("_fused_adamw", "adam")),
     ("embedding", ("embedding",)),
     ("element-wise", ("aten::mul", "aten::add", "aten::pow", "aten::rsqrt", "aten::mean", "aten::silu", "aten::neg",
                       "aten::div", "aten::sum", "aten::sigmoid", "aten::sub", "aten::threshold", "aten::silu_backward",
-                      "aten::rsub", "aten::exp")),
+                      "aten::rsub")),
 ]
 
 
@@ -48,17 +52,13 @@ def category(name: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", choices=["demo", "vs_trl"], default="demo")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="demo")
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--micro-batch", type=int, default=16, help="rows per forward/backward (optim.micro_batch_size)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--reps", type=int, default=2, help="timed updates without the profiler (median reported)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from bench_update_ab import load_model, make_batch, run_update
-    from compute_floor import matmul_flops_per_s
-    from machine import stamp
-
     from rlvr.models import logprobs
 
     model = load_model()
@@ -88,7 +88,8 @@ def main() -> None:
     op_total = sum(totals.values())
     tokens = batch.tokens
     rate = matmul_flops_per_s(torch.bfloat16 if dtype else torch.float32)
-    floor = 6.0 * params * tokens / rate
+    floor = step_floor(params, batch.prompt_mask.sum(1).tolist(), batch.response_mask.sum(1).tolist(), 1, rate, 1.0,
+                       2).training_s
     wall = statistics.median(times)
     print(stamp())
     print(f"{args.shape} {args.precision} micro-batch {args.micro_batch}, {args.threads} thread(s), "

@@ -87,11 +87,7 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
     kv_heads = key.shape[1]
     groups = h // kv_heads
     grads = torch.is_grad_enabled() and query.requires_grad
-    # under CPU autocast over fp32 weights, RoPE's fp32 cos/sin make the queries and keys fp32; SDPA (an autocast op)
-    # would cast them to the autocast dtype, and so does the path below
-    compute_dtype = query.dtype
-    if query.device.type == "cpu" and query.dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
-        compute_dtype = torch.get_autocast_dtype("cpu")
+    compute_dtype = _compute_dtype(query)
     # several queries: only bf16/fp16 training on CPU is ours. No mask there means "causal" to transformers' SDPA
     # (is_causal), and fp32 keeps SDPA's exact numerics (fp32 runs, e.g. AVX2 CPUs, compute as before)
     ours = (grads and query.device.type == "cpu" and compute_dtype in (torch.bfloat16, torch.float16)
@@ -113,14 +109,36 @@ def grouped_query_attention(module: torch.nn.Module, query: Tensor, key: Tensor,
         attention_mask = torch.ones(q, q, dtype=torch.bool, device=query.device).tril().view(1, 1, q, q)
     if attention_mask.dtype != torch.bool:
         raise ValueError(f"expected a boolean attention mask, got {attention_mask.dtype}")
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # (R, H_kv, G * Q, L)
-    scores = scores.view(r, kv_heads, groups, q, -1)
-    # finfo.min, not -inf: a fully masked row (a left-padding query) gets uniform weights instead of NaN
-    scores = scores.masked_fill(~attention_mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-    scores = scores.view(r, kv_heads, groups * q, -1)
-    probs = torch.softmax(scores, dim=-1).to(value.dtype)
-    out = torch.matmul(probs, value)  # (R, H_kv, G * Q, d)
+    out = _grouped_softmax_attention(grouped, key, value, attention_mask.unsqueeze(1), groups, scale)
     return out.view(r, h, q, d).transpose(1, 2), None  # (R, Q, H, d)
+
+
+def _compute_dtype(query: Tensor) -> torch.dtype:
+    """The dtype attention computes in: under CPU autocast over fp32 weights, RoPE's fp32 cos/sin make the queries and
+    keys fp32, and SDPA (an autocast op) would cast them to the autocast dtype; so do rlvr's paths."""
+    if query.device.type == "cpu" and query.dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
+        return torch.get_autocast_dtype("cpu")
+    return query.dtype
+
+
+def _grouped_softmax_attention(grouped: Tensor, key: Tensor, value: Tensor, mask: Tensor, groups: int,
+                               scale: float) -> Tensor:
+    """Two batched matmuls and an fp32 softmax over grouped queries.
+
+    Args:
+        grouped: (..., H_kv, G * Q, d), the G query heads of a KV head stacked. key, value: (..., H_kv, L, d).
+        mask: boolean, broadcastable to (..., H_kv, G, Q, L), True = attend.
+    Returns:
+        (..., H_kv, G * Q, d) in ``value``'s dtype.
+    """
+    *lead, kv_heads, rows, _ = grouped.shape
+    keys = key.shape[-2]
+    scores = torch.matmul(grouped, key.transpose(-1, -2)).float() * scale  # (..., H_kv, G * Q, L)
+    # finfo.min, not -inf: a fully masked row (a left-padding query) gets uniform weights instead of NaN
+    scores = scores.view(*lead, kv_heads, groups, rows // groups, keys)
+    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores.view(*lead, kv_heads, rows, keys), dim=-1).to(value.dtype)
+    return torch.matmul(probs, value)
 
 
 def segment_attention(query: Tensor, key: Tensor, value: Tensor, segments: PackedSegments,
@@ -144,9 +162,7 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, segments: Packe
     segments.layers_seen += 1
     kv_heads = key.shape[1]
     groups = h // kv_heads
-    dtype = query.dtype
-    if query.device.type == "cpu" and dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
-        dtype = torch.get_autocast_dtype("cpu")
+    dtype = _compute_dtype(query)
     q, k, v = query[0].to(dtype), key[0].to(dtype), value[0].to(dtype)  # (H, N, d), (H_kv, N, d)
     scale = scaling if scaling is not None else d ** -0.5
     outs = []
@@ -157,12 +173,8 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, segments: Packe
         if prefix_length:
             prefix = slice(prefix_start, prefix_start + prefix_length)
             ks, vs = torch.cat([k[:, prefix], ks], dim=1), torch.cat([v[:, prefix], vs], dim=1)
-        keys = prefix_length + length
-        scores = torch.matmul(qs, ks.transpose(-1, -2)).float() * scale  # (H_kv, G * n, P + n)
-        causal = torch.ones(length, keys, dtype=torch.bool, device=q.device).tril(prefix_length)
-        scores = scores.view(kv_heads, groups, length, keys).masked_fill(~causal, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores.view(kv_heads, groups * length, keys), dim=-1).to(vs.dtype)
-        outs.append(torch.matmul(probs, vs).view(h, length, d))
+        causal = torch.ones(length, prefix_length + length, dtype=torch.bool, device=q.device).tril(prefix_length)
+        outs.append(_grouped_softmax_attention(qs, ks, vs, causal, groups, scale).view(h, length, d))
     return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0)  # (1, N, H, d)
 
 

@@ -7,6 +7,8 @@ over every prompt position costs more than the rest of the forward pass. Shapes:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.utils.checkpoint
 from torch import Tensor
@@ -197,12 +199,12 @@ def shared_prefix_logprobs(
     Returns:
         logprobs (R, T) and entropy (R, T), fp32 (garbage on padding: mask them).
     """
-    layers = packed_layers(model) if packed else 0
-    if layers:
-        packed = _packed_logprobs(model, layers, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
-                                  temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)
-        if packed is not None:
-            return packed
+    config = _packing_config(model) if packed else None
+    if config is not None:
+        out = _packed_logprobs(model, config, prompt_ids, prompt_mask, row_prompt, response_ids, response_mask,
+                               temperature=temperature, autocast_dtype=autocast_dtype, entropy_grad=entropy_grad)
+        if out is not None:
+            return out
     device_type = prompt_ids.device.type
     t = response_ids.shape[1]
     with torch.autocast(device_type=device_type, dtype=autocast_dtype or torch.float32,
@@ -277,22 +279,28 @@ PACKED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 nothing else from it (no soft-capping, no sinks): packed rows are exact for them."""
 
 
-def packed_layers(model: torch.nn.Module) -> int:
-    """The layer count of ``model`` (an HF causal LM, through a DeepSpeed engine's ``.module`` or peft) if its
-    training forward can run packed rows (rlvr's attention, a :data:`PACKED_MODEL_TYPES` type, no sliding window),
-    else 0."""
+def _packing_config(model: torch.nn.Module) -> Any | None:
+    """The HF config of ``model`` (through a DeepSpeed engine's ``.module`` or peft) if its training forward can run
+    packed rows (rlvr's attention, a :data:`PACKED_MODEL_TYPES` type, no sliding window), else None."""
     config = getattr(getattr(model, "module", model), "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != GQA_ATTENTION:
-        return 0
+        return None
     if getattr(config, "model_type", None) not in PACKED_MODEL_TYPES:
-        return 0
+        return None
     sliding = "sliding_attention" in (getattr(config, "layer_types", None) or [])
     if sliding or (getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None)):
-        return 0
-    return int(getattr(config, "num_hidden_layers", 0) or 0)
+        return None
+    return config
 
 
-def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, prompt_mask: Tensor, row_prompt: Tensor,
+def packed_layers(model: torch.nn.Module) -> int:
+    """The layer count of ``model`` if its training forward can run packed rows (:func:`shared_prefix_logprobs`),
+    else 0."""
+    config = _packing_config(model)
+    return int(config.num_hidden_layers) if config is not None else 0
+
+
+def _packed_logprobs(model: torch.nn.Module, config: Any, prompt_ids: Tensor, prompt_mask: Tensor, row_prompt: Tensor,
                      response_ids: Tensor, response_mask: Tensor, *, temperature: float,
                      autocast_dtype: torch.dtype | None, entropy_grad: bool) -> tuple[Tensor, Tensor] | None:
     """:func:`shared_prefix_logprobs` as one forward over one packed row (U prompts, then R responses, no padding);
@@ -320,8 +328,7 @@ def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, pr
     keep = torch.cat([torch.tensor(last), *scored]).to(dev)
     targets = torch.cat([response_ids[:, 0], *(response_ids[j, 1:n] for j, n in enumerate(r_len))])
     segments = PackedSegments(spans)
-    heads = getattr(getattr(getattr(model, "module", model), "config", None), "num_attention_heads", 0)
-    if segments.scores_bytes(heads) > MAX_SCORES_BYTES:
+    if segments.scores_bytes(config.num_attention_heads) > MAX_SCORES_BYTES:
         return None
     # a 4D mask is passed through as it is (no (N, N) mask is built); segment_attention does not read it
     placeholder = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=dev)
@@ -330,9 +337,9 @@ def _packed_logprobs(model: torch.nn.Module, layers: int, prompt_ids: Tensor, pr
         out = model(input_ids=torch.cat(ids).unsqueeze(0), attention_mask=placeholder,
                     position_ids=torch.cat(positions).to(dev).unsqueeze(0), use_cache=False, logits_to_keep=keep,
                     **{SEGMENTS_KWARG: segments})
-    if segments.layers_seen != layers:
-        raise RuntimeError(f"{segments.layers_seen} of {layers} attention layers read the packed segments: the "
-                           f"model's attention did not receive the {SEGMENTS_KWARG!r} keyword")
+    if segments.layers_seen != config.num_hidden_layers:
+        raise RuntimeError(f"{segments.layers_seen} of {config.num_hidden_layers} attention layers read the packed "
+                           f"segments: the model's attention did not receive the {SEGMENTS_KWARG!r} keyword")
     lp, ent = token_logprobs_from_logits(out.logits, targets.unsqueeze(0), temperature, entropy_grad)
     real = response_mask[:, 1:].bool()  # (R, T - 1) response tokens 1.. that are real, row-major as `scored`
 
