@@ -41,7 +41,8 @@ def test_pyproject_lists_every_package_under_rlvr() -> None:
     assert sorted(tool["packages"]) == sorted(expected)
     assert {p.split(".")[0] for p in tool["packages"]} == {"rlvr"}
     assert tool["package-data"] == {"rlvr.sandbox": ["image.env", "setup.sh"],
-                                    "rlvr.rollout.cpu": ["decode_kernels.cpp"]}
+                                    "rlvr.rollout.cpu": ["decode_kernels.cpp", "avx512.h"],
+                                    "rlvr.models": ["cpu_logprobs.cpp"]}
 
 
 @pytest.mark.parametrize("name", ["verifiers", "sandbox"])
@@ -78,7 +79,8 @@ def test_the_wheel_holds_rlvr_only_with_the_sandbox_data_files(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"rlvr", wheel.name.split("-py")[0] + ".dist-info"}
     for needed in ("rlvr/verifiers/registry.py", "rlvr/sandbox/image.env", "rlvr/sandbox/setup.sh",
-                   "rlvr/rollout/cpu/decode_kernels.cpp", "rlvr/sandbox/harness/driver.py",
+                   "rlvr/rollout/cpu/decode_kernels.cpp", "rlvr/rollout/cpu/avx512.h",
+                   "rlvr/models/cpu_logprobs.cpp", "rlvr/sandbox/harness/driver.py",
                    "rlvr/sandbox/backends/docker_backend.py"):
         assert needed in names
     # installed from it, the sandbox finds its data beside its code

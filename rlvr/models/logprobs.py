@@ -13,6 +13,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
+from rlvr.models import cpu_logprobs
 from rlvr.models.attention import GQA_ATTENTION, MAX_SCORES_BYTES, SEGMENTS_KWARG, PackedSegments
 
 
@@ -46,11 +47,19 @@ class _FusedTokenLogprobs(torch.autograd.Function):
     ``d logp_t / d x = onehot(t) - softmax(x)`` (times the incoming gradient, over the temperature) straight into the
     logits' dtype. Autograd of the plain formula (``float()`` -> logsumexp -> gather, under checkpointing) makes about
     three times as many full-vocabulary passes: a zero-filled scatter for the gather, the float cast's backward, the
-    recomputed forward and logsumexp's own softmax.
+    recomputed forward and logsumexp's own softmax. On a CPU with AVX-512, both directions run as kernels of
+    :mod:`rlvr.models.cpu_logprobs` instead (one pass per row, no fp32 buffer), the same formulas.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, tokens: Tensor, temperature: float, step: int) -> tuple[Tensor, Tensor]:
+        ctx.temperature, ctx.step = temperature, step
+        ctx.kernels = cpu_logprobs.kernels_apply(logits)
+        if ctx.kernels:
+            logprobs, entropy, lse = cpu_logprobs.token_logprobs_forward(logits, tokens, temperature)
+            ctx.save_for_backward(logits, tokens, lse)
+            ctx.mark_non_differentiable(entropy)
+            return logprobs, entropy
         n, t, _ = logits.shape
         logprobs = logits.new_empty((n, t), dtype=torch.float32)
         entropy = torch.empty_like(logprobs)
@@ -66,13 +75,15 @@ class _FusedTokenLogprobs(torch.autograd.Function):
             entropy[:, start:end] = -(x.exp() * x).sum(-1)
             lse[:, start:end] = chunk_lse
         ctx.save_for_backward(logits, tokens, lse)
-        ctx.temperature, ctx.step = temperature, step
         ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad_logprobs: Tensor, _grad_entropy: Tensor) -> tuple[Tensor | None, None, None, None]:
         logits, tokens, lse = ctx.saved_tensors
+        if ctx.kernels:
+            return cpu_logprobs.token_logprobs_backward(logits, tokens, lse, grad_logprobs, ctx.temperature), None, \
+                None, None
         grad = torch.empty_like(logits)
         t = logits.shape[1]
         for start in range(0, t, ctx.step):

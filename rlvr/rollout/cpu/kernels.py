@@ -1,11 +1,13 @@
-"""Building and loading ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
-:mod:`rlvr.rollout.cpu.fused_decode`).
+"""Building and loading rlvr's AVX-512 CPU kernels: ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
+:mod:`rlvr.rollout.cpu.fused_decode`) and, through :func:`build_kernels`, the trainer's log-prob kernels
+(:mod:`rlvr.models.cpu_logprobs`). Both include ``avx512.h`` (shared vector helpers).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``,
 :func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. They are built for AVX-512 and
 loaded only where torch runs AVX-512 kernels. Where they cannot be built (no compiler, another CPU),
-:func:`decode_kernels` says why once on stderr and returns None, and decoding keeps transformers' modules.
+:func:`decode_kernels` says why once on stderr and returns None, and decoding keeps transformers' modules (the
+log-prob keeps torch's ops).
 """
 
 from __future__ import annotations
@@ -39,21 +41,29 @@ def kernels_supported() -> tuple[bool, str]:
     return True, ""
 
 
-@lru_cache(maxsize=1)
-def decode_kernels() -> ModuleType | None:
-    """The compiled kernels (``add_rms_norm``, ``rope``, ``decode_attention``, ``silu_mul``, ``sample_tokens``,
-    ``amx_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or run them (the
-    reason printed once)."""
+def build_kernels(name: str, source: Path, what: str, fallback: str) -> ModuleType | None:
+    """Build (once per machine, cached) and load the AVX-512 extension ``name`` from ``source``, or None where this CPU
+    or machine cannot build or run it, the reason printed once. ``what`` names the kernels and ``fallback`` what runs
+    instead, in the messages."""
     ok, reason = kernels_supported()
     if not ok:
         return None
     try:
         from torch.utils.cpp_extension import load
 
-        print("[rlvr] loading the fused decode kernels (built on first use on a machine, ~1 min; cached under "
+        print(f"[rlvr] loading {what} (built on first use on a machine, ~1 min; cached under "
               f"{os.environ.get('TORCH_EXTENSIONS_DIR')})", file=sys.stderr, flush=True)
-        return load(name="rlvr_decode_kernels", sources=[str(SOURCE)], extra_cflags=CFLAGS, verbose=False)
-    except Exception as err:  # no compiler or ninja, a build error: decoding falls back to transformers' modules
-        print(f"[rlvr] fused decode kernels unavailable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
-              "the hf engine decodes with transformers' modules", file=sys.stderr, flush=True)
+        return load(name=name, sources=[str(source)], extra_cflags=CFLAGS, verbose=False)
+    except Exception as err:  # no compiler or ninja, a build error: the caller keeps torch's ops
+        print(f"[rlvr] {what} unavailable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); {fallback}",
+              file=sys.stderr, flush=True)
         return None
+
+
+@lru_cache(maxsize=1)
+def decode_kernels() -> ModuleType | None:
+    """The compiled kernels (``add_rms_norm``, ``rope``, ``decode_attention``, ``silu_mul``, ``sample_tokens``,
+    ``amx_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or run them (the
+    reason printed once)."""
+    return build_kernels("rlvr_decode_kernels", SOURCE, "the fused decode kernels",
+                         "the hf engine decodes with transformers' modules")
