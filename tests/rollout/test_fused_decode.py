@@ -237,12 +237,30 @@ def _qwen2(tmp_path):
     return AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "qwen2", hidden=32, init_std=0.2)).eval()
 
 
+@pytest.mark.parametrize("rows,out_features,bias", [(16, 960, False), (5, 80, True), (20, 64, False), (1, 200, True)])
+def test_dot_linear_is_the_bf16_linear_over_the_amx_pack(kernels, rows, out_features, bias):
+    torch.manual_seed(8)
+    weight = (torch.randn(out_features, 576) * 0.05).to(BF16)
+    b = torch.randn(out_features).to(BF16) if bias else None
+    x = torch.randn(rows, 576).to(BF16)
+    out = kernels.dot_linear(x, pack_amx([weight], kernels), b, out_features)
+    assert out.shape == (rows, out_features) and out.dtype == BF16
+    # fp32 sums of exact bf16 products in another order than oneDNN's: the same bf16 result up to one rounding
+    exact = x.double() @ weight.double().T + (b.double() if bias else 0)
+    expected = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(weight, 16), b, "none",
+                                                  [], "")
+    assert (out.double() - exact).abs().max() <= (expected.double() - exact).abs().max() * 1.01 + 1e-6
+    assert _ulps(out, expected).max() <= 1.0
+    with pytest.raises(RuntimeError, match="does not fit"):
+        kernels.dot_linear(x, pack_amx([weight], kernels), None, out_features + 64)
+
+
 def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     p = p_logits.float().log_softmax(-1)
     return float((p.exp() * (p - q_logits.float().log_softmax(-1))).sum(-1).mean())
 
 
-@pytest.mark.parametrize("amx", [True, False])  # the AMX GEMM kernel, or oneDNN's
+@pytest.mark.parametrize("amx", [True, False])  # the AMX GEMM kernel, or AVX512_BF16 dot products
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # d = 64 (vector paths); d = 8 with q/k/v biases
 def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tmp_path, kernels, family, amx):
     if amx and not amx_supported():
@@ -251,6 +269,8 @@ def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tm
     hf_bf16 = _low_precision_copy(model, BF16)
     fused = FusedDecoder(_low_precision_copy(model, BF16), kernels, amx=amx)
     assert fused.layers[0].qkv.amx == amx and fused.lm_head.amx == amx
+    tiled = model.config.hidden_size % 32 == 0
+    assert fused.layers[0].qkv.dot == fused.lm_head.dot == (tiled and not amx)
     ids = torch.tensor([[0, 0, 5, 9, 11, 3], [4, 8, 15, 16, 23, 7]])  # row 0 left-padded
     mask = (torch.arange(6) >= torch.tensor([[2], [0]])).long()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
