@@ -12,6 +12,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from rlvr.models.precision import cpu_native_bf16
 from rlvr.rollout import decode
+from rlvr.rollout.cpu import fused_decode
 from rlvr.rollout.cpu.fused_decode import AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported, pack_amx
 from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels, kernels_supported
 from rlvr.rollout.hf import _low_precision_copy
@@ -153,7 +154,7 @@ def test_amx_linear_is_onednns_bf16_linear(kernels, rows, out_features, bias):
 @pytest.mark.skipif(not amx_supported(), reason="needs AMX tiles")
 def test_the_prefill_linears_read_their_slice_of_the_stacked_amx_pack(tmp_path, kernels):
     gen = _low_precision_copy(_llama(tmp_path), BF16)  # q 192, k/v 64 wide: whole groups of 64 columns
-    fused = FusedDecoder(gen, kernels, amx=True)
+    fused = FusedDecoder(gen, kernels, gemm="amx")
     attn = gen.model.layers[1].self_attn
     assert all(isinstance(m, AmxLinear) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
     assert attn.k_proj.amx_groups == (3, 4) and attn.v_proj.amx_projection is fused.layers[1].qkv
@@ -255,22 +256,49 @@ def test_dot_linear_is_the_bf16_linear_over_the_amx_pack(kernels, rows, out_feat
         kernels.dot_linear(x, pack_amx([weight], kernels), None, out_features + 64)
 
 
+@pytest.mark.parametrize("dot_s,onednn_s,chosen", [(1e-4, 2e-4, "dot"), (3e-4, 2e-4, "onednn")])
+def test_without_amx_the_decode_gemm_is_the_faster_one_measured(tmp_path, kernels, monkeypatch, capsys, dot_s,
+                                                                 onednn_s, chosen):
+    measured = []
+
+    def timings(kernels, out_features, in_features):
+        measured.append((out_features, in_features))
+        return {"dot": dot_s, "onednn": onednn_s}
+
+    monkeypatch.setattr(fused_decode, "decode_gemm_timings", timings)
+    monkeypatch.setattr(fused_decode, "amx_supported", lambda: False)
+    fused_decode.measured_decode_gemm.cache_clear()
+    model = _llama(tmp_path)
+    for _ in range(2):  # measured once per shape and process
+        fused = FusedDecoder(_low_precision_copy(model, BF16), kernels)
+    fused_decode.measured_decode_gemm.cache_clear()
+    config = model.config
+    assert measured == [(2 * config.intermediate_size, config.hidden_size)]
+    assert fused.layers[0].gate_up.gemm == fused.lm_head.gemm == chosen
+    assert f"using {'dot_linear' if chosen == 'dot' else 'oneDNN'}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="gemm must be one of"):
+        FusedDecoder(_low_precision_copy(model, BF16), kernels, gemm="avx2")
+
+
+def test_decode_gemm_timings_times_both_kernels(kernels):
+    seconds = fused_decode.decode_gemm_timings(kernels, 128, 64, reps=2)
+    assert set(seconds) == {"dot", "onednn"} and all(0 < s < 1 for s in seconds.values())
+
+
 def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
     p = p_logits.float().log_softmax(-1)
     return float((p.exp() * (p - q_logits.float().log_softmax(-1))).sum(-1).mean())
 
 
-@pytest.mark.parametrize("amx", [True, False])  # the AMX GEMM kernel, or AVX512_BF16 dot products
+@pytest.mark.parametrize("gemm", ["amx", "dot", "onednn"])
 @pytest.mark.parametrize("family", ["llama", "qwen2"])  # d = 64 (vector paths); d = 8 with q/k/v biases
-def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tmp_path, kernels, family, amx):
-    if amx and not amx_supported():
+def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tmp_path, kernels, family, gemm):
+    if gemm == "amx" and not amx_supported():
         pytest.skip("needs AMX tiles")
     model = _llama(tmp_path) if family == "llama" else _qwen2(tmp_path)
     hf_bf16 = _low_precision_copy(model, BF16)
-    fused = FusedDecoder(_low_precision_copy(model, BF16), kernels, amx=amx)
-    assert fused.layers[0].qkv.amx == amx and fused.lm_head.amx == amx
-    tiled = model.config.hidden_size % 32 == 0
-    assert fused.layers[0].qkv.dot == fused.lm_head.dot == (tiled and not amx)
+    fused = FusedDecoder(_low_precision_copy(model, BF16), kernels, gemm=gemm)
+    assert fused.layers[0].qkv.gemm == fused.lm_head.gemm == (gemm if model.config.hidden_size % 32 == 0 else "onednn")
     ids = torch.tensor([[0, 0, 5, 9, 11, 3], [4, 8, 15, 16, 23, 7]])  # row 0 left-padded
     mask = (torch.arange(6) >= torch.tensor([[2], [0]])).long()
     pos = (mask.cumsum(-1) - 1).clamp(min=0)

@@ -11,8 +11,9 @@ dispatch for a few microseconds of work. Here a layer is 9 calls:
 All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.rollout.cpu.kernels`), rounding to bf16
 where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacked into one weight) run on CPUs with
 AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns faster than oneDNN's AMX
-kernel does at these row counts (bit-identical outputs at 16 rows); elsewhere through ``dot_linear``, AVX512_BF16 dot
-products over the same packed weights (a step's GEMMs ~18 ms against oneDNN's ~22 ms on an AMD EPYC without AMX).
+kernel does at these row counts (bit-identical outputs at 16 rows); elsewhere through ``dot_linear`` (AVX512_BF16 dot
+products over the same packed weights) or oneDNN on its own prepacked weights, whichever a ~10 ms measurement at
+start finds faster (:func:`measured_decode_gemm`; on an AMD EPYC without AMX, ``dot_linear``: a decode step 0.78x).
 Keys are cached transposed in blocks of 16 positions, (R, H_kv, C / 16, d, 16), so the attention scores of 16
 positions are one vector FMA a dimension; a group's samples share one copy of their prompt's keys and values (8
 samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). The step's time against
@@ -26,7 +27,11 @@ linears read their slices of the same AMX packs (:class:`AmxLinear`) where the o
 
 from __future__ import annotations
 
+import math
+import sys
+import time
 from dataclasses import dataclass
+from functools import lru_cache
 from types import ModuleType
 
 import torch
@@ -100,6 +105,49 @@ def pack_amx(weights: list[Tensor], kernels: ModuleType) -> Tensor:
     return packed
 
 
+GEMM_KERNELS = ("amx", "dot", "onednn")
+"""The decode step's GEMM kernels: ``amx_linear``, ``dot_linear`` (both over :func:`pack_amx`'s layout) and oneDNN."""
+
+
+def decode_gemm_timings(kernels: ModuleType, out_features: int, in_features: int, rows: int = 16,
+                        reps: int = 20) -> dict[str, float]:
+    """Best-of-``reps`` seconds of one decode-shaped GEMM, (rows, in_features) @ (in_features, out_features) of random
+    bf16 values, through ``dot_linear`` and through oneDNN on its prepacked weight, the two alternated.
+
+    Raises:
+        ValueError: ``in_features`` not a multiple of 32 (:func:`pack_amx`).
+    """
+    weight = (torch.randn(out_features, in_features) * 0.05).to(torch.bfloat16)
+    x = torch.randn(rows, in_features).to(torch.bfloat16)
+    tiles, onednn = pack_amx([weight], kernels), pack_weight(weight)
+    calls = {"dot": lambda: kernels.dot_linear(x, tiles, None, out_features),
+             "onednn": lambda: _linear(x, onednn, None, "none", [], "")}
+    best = dict.fromkeys(calls, math.inf)
+    for _ in range(reps + 1):  # the first round warms up (oneDNN builds its primitive)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+@lru_cache(maxsize=8)
+def measured_decode_gemm(kernels: ModuleType, out_features: int, in_features: int) -> str:
+    """``"dot"`` or ``"onednn"``: whichever ran a decode-shaped GEMM of this size faster here
+    (:func:`decode_gemm_timings`, ~10 ms; once per shape and process), printed with its figures. Without AMX, the
+    same vdpbf16ps instructions can stream the weights at different rates: on an AMD EPYC (AVX512_BF16, 2 threads)
+    ``dot_linear`` made a SmolLM2 decode step 0.78x oneDNN's, while a dot-product kernel of an earlier layout lost to
+    oneDNN on an Intel Xeon."""
+    if in_features % 32:
+        return "onednn"
+    seconds = decode_gemm_timings(kernels, out_features, in_features)
+    choice = "dot" if seconds["dot"] <= seconds["onednn"] else "onednn"
+    print(f"[rlvr] decode GEMMs ({in_features} -> {out_features}, 16 rows): dot_linear {seconds['dot'] * 1e6:.0f} us, "
+          f"oneDNN {seconds['onednn'] * 1e6:.0f} us; using {'dot_linear' if choice == 'dot' else 'oneDNN'}",
+          file=sys.stderr, flush=True)
+    return choice
+
+
 class _Projection:
     """One GEMM of the decode step: the weights of one or more linears stacked (q/k/v, gate/up) and packed once, in the
     tile layout of :func:`pack_amx` (input features a multiple of 32), for the ``amx_linear`` kernel (CPUs with AMX)
@@ -107,14 +155,12 @@ class _Projection:
     (R, K) -> (R, N) bf16. With AMX and every linear's outputs a multiple of 64 (SmolLM2), each linear itself (the
     prefill's) reads its slice of the same pack (:class:`AmxLinear`)."""
 
-    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, amx: bool) -> None:
+    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, gemm: str) -> None:
         self.linears, self.kernels = linears, kernels
         self.out_features = sum(lin.out_features for lin in linears)
-        tiled = linears[0].in_features % 32 == 0
-        self.amx = amx and tiled
-        self.dot = not amx and tiled  # packing_supported held: the CPU has AVX512_BF16
+        self.gemm = gemm if linears[0].in_features % 32 == 0 else "onednn"  # the tiles take inputs in 32s
         self.refresh()
-        if self.amx and all(lin.out_features % 64 == 0 for lin in linears):
+        if self.gemm == "amx" and all(lin.out_features % 64 == 0 for lin in linears):
             start = 0
             for lin in linears:
                 lin.__class__ = AmxLinear
@@ -123,16 +169,16 @@ class _Projection:
 
     def refresh(self) -> None:
         weights = [lin.weight.detach() for lin in self.linears]
-        if self.amx or self.dot:
+        if self.gemm in ("amx", "dot"):
             self.packed = pack_amx(weights, self.kernels)
         else:
             self.packed = pack_weight(torch.cat(weights) if len(weights) > 1 else weights[0])
         self.bias = _concat_bias(*self.linears)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.amx:
+        if self.gemm == "amx":
             return self.kernels.amx_linear(x, self.packed, self.bias, self.out_features)
-        if self.dot:
+        if self.gemm == "dot":
             return self.kernels.dot_linear(x, self.packed, self.bias, self.out_features)
         return _linear(x, self.packed, self.bias, "none", [], "")
 
@@ -177,20 +223,27 @@ class FusedDecoder:
     Args:
         model: an HF causal LM for which :func:`fused_decode_supported` holds.
         kernels: the compiled kernels (:func:`rlvr.rollout.cpu.kernels.decode_kernels`).
-        amx: GEMMs through the ``amx_linear`` kernel (default: where the CPU has AMX), else through ``dot_linear``
-            (AVX512_BF16; oneDNN where the input features are not a multiple of 32).
+        gemm: the GEMMs' kernel: ``"amx"`` (``amx_linear``), ``"dot"`` (``dot_linear``, AVX512_BF16 dot products) or
+            ``"onednn"``; None = ``"amx"`` where the CPU has AMX, else the faster of the other two as measured on
+            this machine (:func:`measured_decode_gemm`). Projections whose input features are not a multiple of 32
+            use oneDNN.
     Raises:
         ValueError: ``model`` unsupported.
     """
 
-    def __init__(self, model: nn.Module, kernels: ModuleType, amx: bool | None = None) -> None:
+    def __init__(self, model: nn.Module, kernels: ModuleType, gemm: str | None = None) -> None:
         ok, reason = fused_decode_supported(model)
         if not ok:
             raise ValueError(f"fused decoding does not support this model: {reason}")
+        if gemm is not None and gemm not in GEMM_KERNELS:
+            raise ValueError(f"gemm must be one of {GEMM_KERNELS} or None, got {gemm!r}")
         self.model, self.kernels = model, kernels
-        if amx is None:  # the CPU has AMX and the OS lets this process use it (Linux 5.16+)
-            amx = amx_supported() and bool(kernels.amx_permitted())
         config = model.config
+        if gemm is None:
+            if amx_supported() and kernels.amx_permitted():  # the OS lets this process use AMX (Linux 5.16+)
+                gemm = "amx"
+            else:
+                gemm = measured_decode_gemm(kernels, 2 * config.intermediate_size, config.hidden_size)
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
@@ -198,12 +251,12 @@ class FusedDecoder:
         self.eps = float(config.rms_norm_eps)
         unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
         self.layers = [
-            _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, amx),
-                   _Projection((lyr.self_attn.o_proj,), kernels, amx),
-                   _Projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, amx),
-                   _Projection((lyr.mlp.down_proj,), kernels, amx), lyr.input_layernorm, lyr.post_attention_layernorm)
+            _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, gemm),
+                   _Projection((lyr.self_attn.o_proj,), kernels, gemm),
+                   _Projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, gemm),
+                   _Projection((lyr.mlp.down_proj,), kernels, gemm), lyr.input_layernorm, lyr.post_attention_layernorm)
             for lyr in model.model.layers]
-        self.lm_head = _Projection((model.lm_head,), kernels, amx)
+        self.lm_head = _Projection((model.lm_head,), kernels, gemm)
 
     @torch.no_grad()
     def refresh(self) -> None:
