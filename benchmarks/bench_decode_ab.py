@@ -6,7 +6,9 @@
 ``decode_fused`` is the engine's path for Llama-style models on a CPU with native bf16 and AVX-512 (each decode step
 through :mod:`rlvr.rollout.cpu.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
 (linear layers over prepacked weights: :mod:`rlvr.rollout.cpu.packed_linear`), the engine's path elsewhere;
-``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights;
+``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights; ``decode_fused_onednn`` the fused step
+with its GEMMs through oneDNN (``decode_fused`` takes the kernel it measures fastest: ``amx_linear`` with AMX, else
+``dot_linear`` or oneDNN);
 ``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. All
 variants run on bf16 generation copies of the embedded SmolLM2-135M, with the same prompts and seed per repetition;
 eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed: per variant
@@ -31,7 +33,8 @@ from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
 
 from rlvr.models.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
-from rlvr.rollout.cpu.fused_decode import build_fused_decoder, fused_decode_supported  # noqa: E402
+from rlvr.rollout.cpu.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported  # noqa: E402
+from rlvr.rollout.cpu.kernels import decode_kernels  # noqa: E402
 from rlvr.rollout.cpu.packed_linear import pack_linears, packing_supported  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 
@@ -96,6 +99,12 @@ def main() -> None:
     fused = build_fused_decoder(gen_fused) if "decode_fused" in args.variants else None
     if "decode_fused" in args.variants and fused is None:
         raise SystemExit(f"decode_fused: not available here ({fused_decode_supported(gen_fused)[1] or 'kernels'})")
+    gen_onednn = _low_precision_copy(model, torch.bfloat16)
+    fused_onednn = (FusedDecoder(gen_onednn, decode_kernels(), gemm="onednn")
+                    if "decode_fused_onednn" in args.variants and fused_decode_supported(gen_onednn)[0]
+                    and decode_kernels() is not None else None)
+    if "decode_fused_onednn" in args.variants and fused_onednn is None:
+        raise SystemExit("decode_fused_onednn: the fused step is not available here")
     gen_unpacked = _low_precision_copy(model, torch.bfloat16)  # F.linear on the plain bf16 weights
     prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -115,6 +124,10 @@ def main() -> None:
         "decode_fused": lambda: decode.sample(gen_fused, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
                                               temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
                                               pad_id=tok.pad_token_id, fused=fused),
+        "decode_fused_onednn": lambda: decode.sample(gen_onednn, ids, mask, args.n,
+                                                     max_new_tokens=args.max_new_tokens, temperature=1.0, top_k=0,
+                                                     top_p=1.0, eos_ids=eos, pad_id=tok.pad_token_id,
+                                                     fused=fused_onednn),
     }
     names = args.variants.split(",")
     per_step: dict[str, list[float]] = {k: [] for k in names}

@@ -169,7 +169,8 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   for that rollout: 3.7-3.8 s.
 - Tried and dropped: stacking q/k/v and gate/up for oneDNN alone (no faster: its per-call rate fell with the larger
   shapes); an AVX512_BF16 dot-product GEMM of our own (`vdpbf16ps`, 16 rows x 16 columns of sums in registers):
-  4-8 GB/s, bound by the instruction rate, slower than oneDNN; transparent huge pages through
+  4-8 GB/s, bound by the instruction rate, slower than oneDNN's AMX kernel on that Xeon (without AMX, another
+  layout of it is `dot_linear`, below); transparent huge pages through
   `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` and `OMP_WAIT_POLICY=ACTIVE`: within run-to-run noise.
 
 ### Training toward its floor (AMD EPYC, AVX512_BF16, no AMX, 2 cores; 2026-12-02)
@@ -250,11 +251,58 @@ which a bf16 training copy (fp32 master weights in the optimizer only) would rem
 separate element-wise ops (13%); gradient checkpointing (the GPU recipes) still runs padded rows, one per sample,
 since HF's checkpointing turns the KV cache off (packed rows need no cache, so they could serve it too).
 
+### Without AMX: the decode GEMMs, the log-prob, one rank's optimizer step (AMD EPYC, 2 threads; 2026-12-02)
+
+Timers around each call of a 2 x 8 x 128 rollout and of the trainer's update in this benchmark's worker (code of
+5a9cb0a) split rlvr's step on this CPU: a decode step ~27 ms, of which the GEMMs (oneDNN on its prepacked weights)
+~21 ms and attention ~3.4 ms; the update ~7 s, of which DeepSpeed's optimizer step 0.9-1.2 s (the fused AdamW
+itself ~0.09 s), and under the profiler ~10 passes of torch ops over (positions, 49,152) fp32 log-prob buffers,
+each a fresh allocation of up to 200 MB that the kernel page-faults in (a fresh 136 MB buffer costs ~40 ms here
+before anything is computed).
+
+- **Decode GEMMs: `dot_linear`** (`rlvr/rollout/cpu/decode_kernels.cpp`): `vdpbf16ps` over the tiles `amx_linear`
+  reads (so one packing code and one packed copy), 4 rows x 64 columns of fp32 sums in registers, the first row
+  block streaming the group's weights with prefetches 16 KB ahead, later ones re-reading them from L2. Outputs
+  within one bf16 rounding of oneDNN's (tests). A ~10 ms measurement at start picks it or oneDNN, whichever runs a
+  decode-shaped GEMM faster on the machine (printed; tests mock both outcomes); AMX CPUs keep `amx_linear`.
+  `python benchmarks/bench_decode_ab.py --threads 2 --variants decode_fused,decode_fused_onednn --reps 4` (load 1.7;
+  2 x 8 x 128 tokens, alternated): 36.0 -> 29.2 ms a decode step (**0.81x**), 4.61 -> 3.74 s a rollout.
+- **The log-prob as two kernels** (`rlvr/models/cpu_logprobs.cpp`, AVX-512): forward (max, then the sum of exp and of
+  exp x (x - max) in one pass: log-prob, entropy, logsumexp) and backward (`(onehot - softmax) * g / T` written in the
+  logits' dtype; rows of zero gradient, i.e. padding, just zeroed), one row of logits at a time, no (positions, V)
+  fp32 buffer. The same formulas as the torch path, which GPUs and other CPUs keep; values within 1e-5 of it and
+  bf16 gradients within one rounding (tests). `python benchmarks/bench_update_ab.py --old-rev 5a9cb0a --shape
+  vs_trl --threads 2 --reps 3` (load 1.3): the update 7.39 -> 5.63 s, **0.76x** (0.71, 0.83, 0.76); log-probs
+  within 1.3e-5 nats of before, the same 0.0392-nat gap to fp32.
+- **One rank's optimizer step.** At ZeRO-0 DeepSpeed's `step()` flattens every gradient into one 540 MB buffer,
+  all-reduces it over the group (one rank here) and copies it back. With one rank there is nothing to average, so
+  that is now off (`enable_backward_allreduce`): the engine step 0.89-1.23 s -> 0.12-0.18 s (timers in the worker,
+  steps 2-4). The reference-step tests still equal the hand-written step; with several ranks nothing changed.
+- Tried and dropped: glibc's allocator keeping freed memory (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=64G`, so big
+  buffers are reused instead of page-faulted in): the update of 5a9cb0a 7.39 -> 6.25 s, but with the log-prob
+  kernels 5.63 vs 5.72 s, within noise: the faults had been in the fp32 log-prob buffers. A fused SwiGLU: `silu(g) *
+  u` and its backward are ~10 of ~85 ms of an MLP layer's forward + backward at 1,685 tokens (~0.3 s an update), not
+  written.
+- **Result in this benchmark** (the invocation at the top, code of 4c87ae5): rlvr 10.4 s a step (generation 3.80 s,
+  3.2x its floor; training 6.60 s, 2.3x), from 11.5 s (4.73, 3.4x; 6.63, 2.4x) at fdf9470. The sampled tokens
+  changed with the GEMM's rounding, so this run trained on more tokens a step (median 1,325 against 1,209). TRL took
+  47.4 s a step here, ratio 0.22 (0.21, 0.22, 0.23). Its median was 38.4 s and 40.5 s in the two earlier
+  invocations on this CPU, with the same TRL code. Against those, 10.4 s would be 0.26-0.27, so **0.2 is not met
+  beyond doubt**.
+- The update inside the trainer is still ~1 s slower than `bench_update_ab.py`'s for as many tokens (6.5-7.8 s at
+  1,474 tokens against 5.6 s at 1,493). The worker spends ~9% of its CPU time in the kernel: 2.1M minor page faults
+  in a 4-step run. Keeping freed memory in glibc cut them to 1.5M and changed no step time.
+- Left: the decode step's attention (~3.4 ms a step, against ~0.5 ms to read its cache); the tied embedding's dense
+  fp32 gradient (zero-filled 113 MB and summed into the output layer's) and the casts of the output layer's weight
+  and gradient (~0.5 s an update under the profiler); RMSNorm's fp32 element-wise ops.
+
 ## Earlier runs of this benchmark
 
 SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code. On the AMD EPYC above, 2 threads, 3 pairs, load
 1.5-2.1 (7215acf, 2026-12-02: the scored-positions LM head, before packed rows): rlvr 12.5 s (generation 4.37,
 training 7.97: 2.8x its floor), TRL 38.4 s (training 6.2x), ratio **0.33** (0.33, 0.33, 0.32); the tiny model 0.20.
+Then (fdf9470, 2026-12-02: packed rows, before the kernels of the section above), load 1.5-2.2: rlvr 11.5 s
+(generation 4.73, training 6.63: 2.4x its floor), TRL 40.5 s, ratio **0.30** (0.32, 0.27, 0.30); the tiny model 0.19.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
@@ -287,10 +335,13 @@ same Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCT
 | the same EPYC, `trainer.precision: fp32` forced, beside the row above (749ea9b, 2026-12-02) | (fp32 set) | 1007 s | 4.6 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 | the same EPYC, `optim.micro_batch_size: 64` (not the recipe's 16), 1 thread, beside A/B benchmarks (load ~2) (54a00da, 2026-12-02) | bf16 | 564 s | 6.6 GB | 0.396 ± 0.027 -> 0.893 ± 0.021 (14.8) |
 | the same, 1 torch thread, the other core busy (4683045, 2026-12-01) | fp32 | 1337 s | 4.5 GB | 0.402 -> 0.951 |
+| the same EPYC, 2 torch threads (the default), quiet; packed rows, log-prob kernels, `dot_linear`, one-rank step (4c87ae5, 2026-12-02) | bf16 | 373 s (385 s with start-up) | 5.0 GB | 0.396 ± 0.027 -> 0.932 ± 0.017 (16.8) |
 
 - On the AMD EPYC `auto` measured bf16 faster for both stages, so forced bf16 is the same configuration (not run
   again); the measurement itself is ~1.5 s once, then read from its cache. Median step there: rollout 3.6 s and update
   12.4 s with `auto` (bf16), 5.9 s and 19.2 s in fp32; with 64-row micro-batches the update took 8.5 s (median).
+- The EPYC's 2-thread run at 4c87ae5: steps 9.5-10.6 s, evals 29.4 s and 27.7 s, 660 s user + 62 s system CPU. It is
+  the first whole demo trained with packed rows; it ends where the padded runs did.
 - Fused-decode bf16 run: evals 14.1 s and 10.5 s, steps 8-11 s, 605 CPU s (kernels already built by `make test`).
   Packed-linear bf16 run: evals 18.5 s and 14.9 s, steps 10-13 s, 590 CPU s. AVX2-capped run at 2 threads: eval
   before 65 s, steps 17-25 s, eval after ~50 s, 1145 CPU s.

@@ -429,21 +429,27 @@ void configure_tiles(int rows) {  // tiles 0-3: C (rows x 16 fp32), 4: A (rows x
   _tile_loadconfig(&cfg);
 }
 
-torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n) {
+// The arguments of amx_linear and dot_linear: x (M, K) bf16, w_packed in pack_amx's layout for K inputs and n outputs,
+// an optional (n,) bf16 bias. Returns the bias's data, or nullptr without one.
+const uint16_t* check_packed_linear(const torch::Tensor& x, const torch::Tensor& w_packed,
+                                    const c10::optional<torch::Tensor>& bias, int64_t n) {
   check_bf16(x, "x", 2);
   check_bf16(w_packed, "w_packed", 5);
-  TORCH_CHECK(amx_permitted(), "this process may not use AMX tiles (arch_prctl refused)");
-  const int64_t rows = x.size(0), k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
+  const int64_t k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
   TORCH_CHECK(w_packed.size(2) == 4 && w_packed.size(3) == 16 && w_packed.size(4) == 32 && chunks * 32 == k,
               "w_packed: expected (N' / 64, ", k / 32, ", 4, 16, 32) for ", k, " input features, got ",
               w_packed.sizes());
   TORCH_CHECK(n > groups * 64 - 64 && n <= groups * 64, "n = ", n, " does not fit ", groups, " groups of 64");
-  const uint16_t* b_ptr = nullptr;
-  if (bias.has_value()) {
-    check_bf16(*bias, "bias", 1);
-    TORCH_CHECK(bias->size(0) == n, "bias: expected ", n, " entries, got ", bias->size(0));
-    b_ptr = raw(*bias);
-  }
+  if (!bias.has_value()) return nullptr;
+  check_bf16(*bias, "bias", 1);
+  TORCH_CHECK(bias->size(0) == n, "bias: expected ", n, " entries, got ", bias->size(0));
+  return raw(*bias);
+}
+
+torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n) {
+  const uint16_t* b_ptr = check_packed_linear(x, w_packed, bias, n);
+  TORCH_CHECK(amx_permitted(), "this process may not use AMX tiles (arch_prctl refused)");
+  const int64_t rows = x.size(0), k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
   auto out = torch::empty({rows, n}, x.options());
   // rows in whole tiles of 16: a last partial tile reads a zero-padded copy (tile loads cannot stop short of 16)
   const int64_t padded_rows = (rows + 15) / 16 * 16;
@@ -550,19 +556,8 @@ void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chun
 }
 
 torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n) {
-  check_bf16(x, "x", 2);
-  check_bf16(w_packed, "w_packed", 5);
+  const uint16_t* b_ptr = check_packed_linear(x, w_packed, bias, n);
   const int64_t rows = x.size(0), k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
-  TORCH_CHECK(w_packed.size(2) == 4 && w_packed.size(3) == 16 && w_packed.size(4) == 32 && chunks * 32 == k,
-              "w_packed: expected (N' / 64, ", k / 32, ", 4, 16, 32) for ", k, " input features, got ",
-              w_packed.sizes());
-  TORCH_CHECK(n > groups * 64 - 64 && n <= groups * 64, "n = ", n, " does not fit ", groups, " groups of 64");
-  const uint16_t* b_ptr = nullptr;
-  if (bias.has_value()) {
-    check_bf16(*bias, "bias", 1);
-    TORCH_CHECK(bias->size(0) == n, "bias: expected ", n, " entries, got ", bias->size(0));
-    b_ptr = raw(*bias);
-  }
   auto out = torch::empty({rows, n}, x.options());
   const uint16_t* x_ptr = raw(x);
   const uint16_t* w_ptr = raw(w_packed);

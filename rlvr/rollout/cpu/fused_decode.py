@@ -123,7 +123,7 @@ def decode_gemm_timings(kernels: ModuleType, out_features: int, in_features: int
     calls = {"dot": lambda: kernels.dot_linear(x, tiles, None, out_features),
              "onednn": lambda: _linear(x, onednn, None, "none", [], "")}
     best = dict.fromkeys(calls, math.inf)
-    for _ in range(reps + 1):  # the first round warms up (oneDNN builds its primitive)
+    for _ in range(reps + 1):  # the first pass is a warm-up (oneDNN builds its primitive)
         for name, call in calls.items():
             start = time.perf_counter()
             call()
