@@ -82,8 +82,8 @@ class _FusedTokenLogprobs(torch.autograd.Function):
     def backward(ctx, grad_logprobs: Tensor, _grad_entropy: Tensor) -> tuple[Tensor | None, None, None, None]:
         logits, tokens, lse = ctx.saved_tensors
         if ctx.kernels:
-            return cpu_logprobs.token_logprobs_backward(logits, tokens, lse, grad_logprobs, ctx.temperature), None, \
-                None, None
+            grad = cpu_logprobs.token_logprobs_backward(logits, tokens, lse, grad_logprobs, ctx.temperature)
+            return grad, None, None, None
         grad = torch.empty_like(logits)
         t = logits.shape[1]
         for start in range(0, t, ctx.step):

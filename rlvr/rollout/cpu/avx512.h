@@ -61,6 +61,4 @@ inline void check_bf16(const torch::Tensor& t, const char* name, int64_t dims) {
               t.sizes(), t.is_contiguous() ? "" : " (not contiguous)");
 }
 
-// hidden (R, D) bf16, updated in place to bf16(hidden + delta) when delta is given (the residual add); returns
-
 }  // namespace rlvr_avx512

@@ -25,6 +25,7 @@ namespace {
 
 using namespace rlvr_avx512;  // load16, store16, exp16, raw, check_bf16, ... (avx512.h)
 
+// hidden (R, D) bf16, updated in place to bf16(hidden + delta) when delta is given (the residual add); returns
 // RMSNorm(hidden) * weight as transformers' LlamaRMSNorm computes it in bf16: fp32 normalisation, rounded to bf16,
 // times the bf16 weight, rounded.
 torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> delta, torch::Tensor weight,
@@ -514,8 +515,8 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 // (32 c + 2 p, + 1) of output columns 64 g + 16 t .. + 15, which is one vdpbf16ps operand against a broadcast pair
 // of x. A block of up to 4 rows x the group's 4 tiles keeps 16 fp32 accumulators in registers; the first row block
 // streams the group's weights from memory (prefetched 4 chunks, 16 KB, ahead), later ones re-read them from L2.
-// Decoding 16 rows of SmolLM2 on an AMD EPYC (AVX512_BF16, no AMX; 2 threads), a whole step's GEMMs took ~18 ms,
-// oneDNN's on its own prepacked weights ~22 ms.
+// Decoding 16 rows of SmolLM2 on an AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against
+// 36.0 ms with oneDNN's GEMMs on its own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md).
 typedef int32_t __attribute__((may_alias)) aliased_i32;
 
 template <int R>

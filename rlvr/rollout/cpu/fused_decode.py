@@ -13,7 +13,7 @@ where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacke
 AMX through ``amx_linear``, which streams weights packed in 4 KB runs per 64 output columns faster than oneDNN's AMX
 kernel does at these row counts (bit-identical outputs at 16 rows); elsewhere through ``dot_linear`` (AVX512_BF16 dot
 products over the same packed weights) or oneDNN on its own prepacked weights, whichever a ~10 ms measurement at
-start finds faster (:func:`measured_decode_gemm`; on an AMD EPYC without AMX, ``dot_linear``: a decode step 0.78x).
+start finds faster (:func:`measured_decode_gemm`; on an AMD EPYC without AMX, ``dot_linear``: a decode step 0.81x).
 Keys are cached transposed in blocks of 16 positions, (R, H_kv, C / 16, d, 16), so the attention scores of 16
 positions are one vector FMA a dimension; a group's samples share one copy of their prompt's keys and values (8
 samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). The step's time against
@@ -136,7 +136,7 @@ def measured_decode_gemm(kernels: ModuleType, out_features: int, in_features: in
     """``"dot"`` or ``"onednn"``: whichever ran a decode-shaped GEMM of this size faster here
     (:func:`decode_gemm_timings`, ~10 ms; once per shape and process), printed with its figures. Without AMX, the
     same vdpbf16ps instructions can stream the weights at different rates: on an AMD EPYC (AVX512_BF16, 2 threads)
-    ``dot_linear`` made a SmolLM2 decode step 0.78x oneDNN's, while a dot-product kernel of an earlier layout lost to
+    ``dot_linear`` made a SmolLM2 decode step 0.81x oneDNN's, while a dot-product kernel of an earlier layout lost to
     oneDNN on an Intel Xeon."""
     if in_features % 32:
         return "onednn"

@@ -63,7 +63,7 @@ def build_kernels(name: str, source: Path, what: str, fallback: str) -> ModuleTy
 @lru_cache(maxsize=1)
 def decode_kernels() -> ModuleType | None:
     """The compiled kernels (``add_rms_norm``, ``rope``, ``decode_attention``, ``silu_mul``, ``sample_tokens``,
-    ``amx_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or run them (the
-    reason printed once)."""
+    ``amx_linear``, ``dot_linear``, ``amx_pack``, ``amx_permitted``), or None where this CPU or machine cannot build or
+    run them (the reason printed once)."""
     return build_kernels("rlvr_decode_kernels", SOURCE, "the fused decode kernels",
                          "the hf engine decodes with transformers' modules")
