@@ -22,7 +22,7 @@ Shapes: R rows, H query heads, H_kv KV heads, G = H / H_kv, Q query tokens, L ke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,16 @@ class PackedSegments:
 
     spans: list[tuple[int, int, int, int]]
     layers_seen: int = 0
+    _masks: dict[tuple[int, int, str], Tensor] = field(default_factory=dict, repr=False)
+
+    def causal_mask(self, length: int, prefix_length: int, device: torch.device) -> Tensor:
+        """(length, prefix_length + length) boolean, True = attend: every prefix key, then causal over the segment.
+        Built once per shape and kept for the forward's other layers."""
+        key = (length, prefix_length, str(device))
+        if key not in self._masks:
+            self._masks[key] = torch.ones(length, prefix_length + length, dtype=torch.bool,
+                                          device=device).tril(prefix_length)
+        return self._masks[key]
 
     def scores_bytes(self, heads: int) -> int:
         """Bytes :func:`segment_attention` keeps per layer for the backward: every segment's fp32 scores and bf16
@@ -157,23 +167,31 @@ def segment_attention(query: Tensor, key: Tensor, value: Tensor, segments: Packe
     rows, h, n, d = query.shape
     if rows != 1:
         raise ValueError(f"packed segments need one row, got {rows}")
-    if sum(span[1] for span in segments.spans) != n:
-        raise ValueError(f"segments cover {sum(span[1] for span in segments.spans)} positions of {n}")
+    lengths = [span[1] for span in segments.spans]
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    if sum(lengths) != n or [span[0] for span in segments.spans] != starts:
+        raise ValueError(f"segments (start, length) {[span[:2] for span in segments.spans]} do not cover the {n} "
+                         "positions in order")
     segments.layers_seen += 1
     kv_heads = key.shape[1]
     groups = h // kv_heads
     dtype = _compute_dtype(query)
     q, k, v = query[0].to(dtype), key[0].to(dtype), value[0].to(dtype)  # (H, N, d), (H_kv, N, d)
+    # split, not sliced: the backward then writes each segment's gradient once into one concatenation, where every
+    # slice's backward would zero and add a whole (H, N, d) gradient (~0.15 s an update at 2 x 8 x 128 tokens)
+    q_parts, k_parts, v_parts = q.split(lengths, dim=1), k.split(lengths, dim=1), v.split(lengths, dim=1)
+    segment_at = {(span[0], span[1]): i for i, span in enumerate(segments.spans)}
     scale = scaling if scaling is not None else d ** -0.5
     outs = []
-    for start, length, prefix_start, prefix_length in segments.spans:
-        own = slice(start, start + length)
-        qs = q[:, own].reshape(kv_heads, groups * length, d)  # the G heads of a KV head stacked, as above
-        ks, vs = k[:, own], v[:, own]
+    for i, (_, length, prefix_start, prefix_length) in enumerate(segments.spans):
+        qs = q_parts[i].reshape(kv_heads, groups * length, d)  # the G heads of a KV head stacked, as above
+        ks, vs = k_parts[i], v_parts[i]
         if prefix_length:
+            j = segment_at.get((prefix_start, prefix_length))  # a group's prompt: a segment of its own
             prefix = slice(prefix_start, prefix_start + prefix_length)
-            ks, vs = torch.cat([k[:, prefix], ks], dim=1), torch.cat([v[:, prefix], vs], dim=1)
-        causal = torch.ones(length, prefix_length + length, dtype=torch.bool, device=q.device).tril(prefix_length)
+            prefix_k, prefix_v = (k_parts[j], v_parts[j]) if j is not None else (k[:, prefix], v[:, prefix])
+            ks, vs = torch.cat([prefix_k, ks], dim=1), torch.cat([prefix_v, vs], dim=1)
+        causal = segments.causal_mask(length, prefix_length, q.device)
         outs.append(_grouped_softmax_attention(qs, ks, vs, causal, groups, scale).view(h, length, d))
     return torch.cat(outs, dim=1).transpose(0, 1).unsqueeze(0)  # (1, N, H, d)
 

@@ -157,16 +157,32 @@ def _segment_reference(query, key, value, spans, scale):
 @pytest.mark.parametrize("spans", [
     [(0, 4, 0, 0), (4, 3, 0, 0), (7, 3, 0, 4), (10, 2, 4, 3), (12, 1, 0, 4)],  # prompts, then responses
     [(0, 4, 0, 0), (4, 3, 0, 4), (7, 3, 0, 0), (10, 2, 7, 3)],                 # interleaved: reordered back
+    [(0, 4, 0, 0), (4, 3, 1, 2)],                                              # a prefix inside a segment
 ])
-def test_segment_attention_equals_each_segment_by_hand(spans):
+def test_segment_attention_and_its_gradients_equal_each_segment_by_hand(spans):
     from rlvr.models.attention import PackedSegments, segment_attention
 
     torch.manual_seed(0)
     n = sum(s[1] for s in spans)
-    query, key, value = torch.randn(1, 6, n, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)
+    inputs = [torch.randn(1, 6, n, 8), torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8)]
+    ours, theirs = [x.clone().requires_grad_() for x in inputs], [x.clone().requires_grad_() for x in inputs]
     segments = PackedSegments(spans)
-    out = segment_attention(query, key, value, segments, scaling=0.3)
+    out = segment_attention(*ours, segments, scaling=0.3)
     assert out.shape == (1, n, 6, 8) and segments.layers_seen == 1
-    torch.testing.assert_close(out[0], _segment_reference(query, key, value, spans, 0.3), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="segments cover"):
-        segment_attention(query[:, :, :-1], key[:, :, :-1], value[:, :, :-1], PackedSegments(spans))
+    reference = _segment_reference(*theirs, spans, 0.3)
+    torch.testing.assert_close(out[0], reference, atol=1e-5, rtol=1e-5)
+    weights = torch.randn(n, 6, 8)
+    (out[0] * weights).sum().backward()
+    (reference * weights).sum().backward()
+    for name, a, b in zip(("query", "key", "value"), ours, theirs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+    with pytest.raises(ValueError, match=f"do not cover the {n - 1} positions"):
+        segment_attention(inputs[0][:, :, :-1], inputs[1][:, :, :-1], inputs[2][:, :, :-1], PackedSegments(spans))
+
+
+def test_segment_attention_refuses_spans_out_of_order():
+    from rlvr.models.attention import PackedSegments, segment_attention
+
+    query, key, value = torch.randn(1, 6, 7, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8)
+    with pytest.raises(ValueError, match=r"\(4, 3\), \(0, 4\)\] do not cover the 7 positions in order"):
+        segment_attention(query, key, value, PackedSegments([(4, 3, 0, 0), (0, 4, 0, 0)]))

@@ -513,26 +513,34 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 // ---- GEMM with AVX512_BF16 dot products (CPUs without AMX) -------------------------------------------------------
 // The same product over the same packed layout as amx_linear: row p of a (g, c, t) tile holds input pair
 // (32 c + 2 p, + 1) of output columns 64 g + 16 t .. + 15, which is one vdpbf16ps operand against a broadcast pair
-// of x. A block of up to 4 rows x the group's 4 tiles keeps 16 fp32 accumulators in registers; the first row block
-// streams the group's weights from memory (prefetched 4 chunks, 16 KB, ahead), later ones re-read them from L2.
-// Decoding 16 rows of SmolLM2 on an AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against
-// 36.0 ms with oneDNN's GEMMs on its own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md).
+// of x. A block of up to 4 rows x the group's 4 tiles keeps 16 fp32 accumulators in registers, reading the group's
+// weights from L2. At 16 rows the dot products take about as long as streaming the weights from memory, so the two
+// must overlap: while a group's row blocks compute, each prefetches its share of the next group's weights into L2
+// (a thread's first group streams itself, prefetched 4 chunks, 16 KB, ahead). Decoding 16 rows of SmolLM2 on an
+// AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against 36.0 ms with oneDNN's GEMMs on its
+// own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md), before the next-group prefetch.
 typedef int32_t __attribute__((may_alias)) aliased_i32;
 
+// Rows [0, R) of x against one group's tiles. `stream`: prefetch this group's own chunks ahead (its weights are not
+// in L2 yet); `next`: the next group's weights, of which this block prefetches lines [part, part + 1) x 64 / parts of
+// every 4 KB chunk into L2 (nullptr: none).
 template <int R>
-void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chunks, bool prefetch,
-               const uint16_t* bias, uint16_t* out, int64_t n, int64_t col0) {
+void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chunks, bool stream, const char* next,
+               int part, int parts, const uint16_t* bias, uint16_t* out, int64_t n, int64_t col0) {
   __m512 acc[R][4];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) acc[r][t] = _mm512_setzero_ps();
+  const int first_line = part * 64 / parts * 64, end_line = (part + 1) * 64 / parts * 64;
   for (int64_t c = 0; c < chunks; ++c) {
     const uint16_t* tiles = group + c * 2048;  // 4 tiles of 16 x 32 bf16
-    if (prefetch) {
+    if (stream) {
       const char* ahead = reinterpret_cast<const char*>(tiles + 4 * 2048);
       for (int line = 0; line < 4096; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
     }
+    if (next != nullptr)
+      for (int line = first_line; line < end_line; line += 64) _mm_prefetch(next + c * 4096 + line, _MM_HINT_T1);
     const uint16_t* xc = x + c * 32;
 #pragma GCC unroll 16
     for (int p = 0; p < 16; ++p) {
@@ -563,17 +571,21 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   const uint16_t* x_ptr = raw(x);
   const uint16_t* w_ptr = raw(w_packed);
   uint16_t* o_ptr = raw_mut(out);
+  const int parts = static_cast<int>((rows + 3) / 4);  // row blocks a group's next-group prefetch is shared over
   at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const uint16_t* group = w_ptr + g * chunks * 2048;
+      const char* next = g + 1 < end ? reinterpret_cast<const char*>(group + chunks * 2048) : nullptr;
       for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         const uint16_t* xr = x_ptr + r0 * k;
         uint16_t* outr = o_ptr + r0 * n;
+        const bool stream = g == begin && r0 == 0;
+        const int part = static_cast<int>(r0 / 4);
         switch (std::min<int64_t>(4, rows - r0)) {
-          case 1: dot_block<1>(xr, k, group, chunks, r0 == 0, b_ptr, outr, n, g * 64); break;
-          case 2: dot_block<2>(xr, k, group, chunks, r0 == 0, b_ptr, outr, n, g * 64); break;
-          case 3: dot_block<3>(xr, k, group, chunks, r0 == 0, b_ptr, outr, n, g * 64); break;
-          default: dot_block<4>(xr, k, group, chunks, r0 == 0, b_ptr, outr, n, g * 64); break;
+          case 1: dot_block<1>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
+          case 2: dot_block<2>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
+          case 3: dot_block<3>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
+          default: dot_block<4>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
         }
       }
     }
