@@ -242,17 +242,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads on both sides")
     ap.add_argument("--precision", choices=["auto", "bf16", "fp32"], default="auto")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--results-dir", type=Path, default=HERE / "results",
+                    help="where vs_trl_raw.json and vs_trl.png go (another folder keeps a run on another machine apart)")
     ap.add_argument("--work-dir", type=Path, default=REPO / "runs" / "bench_vs_trl")
     ap.add_argument("--reuse", action="store_true",
                     help="read back finished runs of the same spec from --work-dir (continue an interrupted run)")
     ap.add_argument("--render-only", action="store_true",
-                    help="rewrite RESULTS.md and the plot from results/vs_trl_raw.json without measuring")
+                    help="rewrite --out and the plot from --results-dir's vs_trl_raw.json without measuring")
     args = ap.parse_args()
     if args.setup_trl:
         setup_trl_venv(args.trl_venv)
         return
     if args.render_only:
-        saved = json.loads((HERE / "results" / "vs_trl_raw.json").read_text())
+        saved = json.loads((args.results_dir / "vs_trl_raw.json").read_text())
         machine = saved["machine"]
         summaries = {name: {**summarize(runs, saved["summaries"][name]["params"], machine, machine["precision"]),
                             "params": saved["summaries"][name]["params"]} for name, runs in saved["runs"].items()}
@@ -308,11 +310,11 @@ def main() -> None:
 
 
 def write_outputs(machine: dict, summaries: dict, raw: dict, args: argparse.Namespace, argv: list[str]) -> None:
-    """``results/vs_trl_raw.json`` (every step of every run), ``results/vs_trl.png`` and ``args.out``."""
-    (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "vs_trl_raw.json").write_text(json.dumps({"machine": machine, "summaries": summaries,
+    """``vs_trl_raw.json`` (every step of every run) and ``vs_trl.png`` in ``args.results_dir``, and ``args.out``."""
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "vs_trl_raw.json").write_text(json.dumps({"machine": machine, "summaries": summaries,
                                                                   "runs": raw, "argv": argv}, indent=1))
-    plot(summaries, HERE / "results" / "vs_trl.png")
+    plot(summaries, args.results_dir / "vs_trl.png")
     from vs_trl_report import FINDINGS, render_results
     text = render_results(machine, summaries, machine["steps_per_run"], argv, FINDINGS)
     # from bench_learning_vs_trl.py's start marker on, the file holds other benchmarks' own sections (learning per

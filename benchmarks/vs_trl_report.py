@@ -283,18 +283,46 @@ before anything is computed).
   kernels 5.63 vs 5.72 s, within noise: the faults had been in the fp32 log-prob buffers. A fused SwiGLU: `silu(g) *
   u` and its backward are ~10 of ~85 ms of an MLP layer's forward + backward at 1,685 tokens (~0.3 s an update), not
   written.
-- **Result in this benchmark** (the invocation at the top, code of 4c87ae5): rlvr 10.4 s a step (generation 3.80 s,
-  3.2x its floor; training 6.60 s, 2.3x), from 11.5 s (4.73, 3.4x; 6.63, 2.4x) at fdf9470. The sampled tokens
-  changed with the GEMM's rounding, so this run trained on more tokens a step (median 1,325 against 1,209). TRL took
-  47.4 s a step here, ratio 0.22 (0.21, 0.22, 0.23). Its median was 38.4 s and 40.5 s in the two earlier
-  invocations on this CPU, with the same TRL code. Against those, 10.4 s would be 0.26-0.27, so **0.2 is not met
-  beyond doubt**.
+- **Result in this benchmark at 4c87ae5** (the code of this subsection; recorded under "Earlier runs"): rlvr
+  10.4 s a step (generation 3.80 s, 3.2x its floor; training 6.60 s, 2.3x), from 11.5 s at fdf9470; TRL 47.4 s
+  there, ratio 0.22, though TRL's own median had been 38.4-40.5 s in the earlier invocations on this CPU (0.26-0.27
+  against those).
 - The update inside the trainer is still ~1 s slower than `bench_update_ab.py`'s for as many tokens (6.5-7.8 s at
   1,474 tokens against 5.6 s at 1,493). The worker spends ~9% of its CPU time in the kernel: 2.1M minor page faults
   in a 4-step run. Keeping freed memory in glibc cut them to 1.5M and changed no step time.
 - Left: the decode step's attention (~3.4 ms a step, against ~0.5 ms to read its cache); the tied embedding's dense
   fp32 gradient (zero-filled 113 MB and summed into the output layer's) and the casts of the output layer's weight
   and gradient (~0.5 s an update under the profiler); RMSNorm's fp32 element-wise ops.
+
+### Memory traffic under compute (AMD EPYC, AVX512_BF16, no AMX, 2 threads; 2026-12-02)
+
+- **The decode GEMM prefetches the next group's weights** (`dot_linear`): at 16 rows its dot products take about
+  as long as streaming the weights (the compute floor of a step's GEMMs ~11 ms at one `vdpbf16ps` a cycle a core,
+  the read floor ~9 ms), so while a group's row blocks compute, each prefetches its share of the next group's
+  weights into L2; outputs unchanged bit for bit. `python benchmarks/bench_decode_gemm_ab.py --old-rev 6e0320a
+  --rows R --kernel dot_linear --reps 15 --threads 2` (both kernel sources built, alternated, outputs compared;
+  load 0.9): a decode step's GEMMs 15.75 -> 13.37 ms at 16 rows (0.85x), 47.7 -> 45.5 ms at 64 rows (0.95x).
+- **Packed-row attention splits q/k/v into segments** instead of slicing them, so the backward writes each
+  segment's gradient once (a slice's backward zero-fills and adds a whole (H, N, d) gradient), and each causal mask
+  is built once per forward. `python benchmarks/bench_update_ab.py --old-rev 6e0320a --shape vs_trl --threads 2
+  --reps 4`: 4.77 -> 4.44 s an update (0.95x), log-probs identical.
+- **Result** (the invocation at the top, code of 7b09067, with both changes above): rlvr 7.53 s a step (generation
+  2.71 s, 2.5x its floor; training 4.78 s, 1.8x); TRL 33.1 s; ratio **0.23** (0.22, 0.23, 0.23). The machine was
+  quieter than in the earlier invocations (load 1.2-2.0), and TRL's step fell the most with it (33.1 s against
+  38.4-47.4 s). Against any of TRL's medians on this CPU the ratio is 0.16-0.23, but in one invocation it is 0.23:
+  **0.2 is not met beyond doubt**; at TRL's 33 s it needs rlvr at ~6.3 s a step.
+- After that run: **ended rows leave the decode batch.** `FusedDecoder.step` takes the indices of the rows still
+  running and the attention kernel writes and reads only their caches, so a step's GEMMs, attention and output layer
+  shrink as samples end (each row's logits are the same bits either way; tested). In this benchmark's worker (4
+  steps, 2 threads, the same tokens sampled as before) the rollout went from ~2.5 s to 2.0-2.4 s; not yet measured
+  in an invocation of this benchmark. And the decode GEMM's choice between `dot_linear` and oneDNN is cached per
+  machine (`<rlvr cache>/decode-gemm-<hash>.json`, keyed like the precision measurement and by the kernels' source),
+  so two runs on one machine pick the same kernel and the same seed samples the same tokens.
+- Left: the tied embedding's dense fp32 gradient (a 113 MB zero-fill an update, ~0.15 s); the update inside the
+  trainer still ~10% slower than `bench_update_ab.py`'s for as many tokens (its element-wise ops run 2-3x slower
+  there: page faults on freshly allocated buffers; an allocator that keeps freed memory, tcmalloc through
+  `LD_PRELOAD`, took ~8% off the update but is not something a pip install can ship); one attention kernel for the
+  packed segments (~0.4 s of the update in torch's small ops).
 
 ## Earlier runs of this benchmark
 
@@ -303,6 +331,8 @@ SmolLM2-135M, rlvr vs TRL 1.16 median step time, on older code. On the AMD EPYC 
 training 7.97: 2.8x its floor), TRL 38.4 s (training 6.2x), ratio **0.33** (0.33, 0.33, 0.32); the tiny model 0.20.
 Then (fdf9470, 2026-12-02: packed rows, before the kernels of the section above), load 1.5-2.2: rlvr 11.5 s
 (generation 4.73, training 6.63: 2.4x its floor), TRL 40.5 s, ratio **0.30** (0.32, 0.27, 0.30); the tiny model 0.19.
+Then (4c87ae5, 2026-12-02: the decode GEMMs, log-prob kernels and one-rank optimizer step), load 1.6-2.1: rlvr
+10.4 s (generation 3.80, training 6.60: 2.3x its floor), TRL 47.4 s, ratio **0.22** (0.21, 0.22, 0.23).
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |

@@ -278,8 +278,10 @@ def measure_matmuls(train_shape: tuple[int, int, int],
         xdb = xd.bfloat16()
         weights_bf16 = [wt.bfloat16() for wt in weights]
         packed = None
-        if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-            # as rlvr.rollout.cpu.packed_linear packs the generation copy's weights (laid out for 16 rows)
+        if (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+                and cpu_native_bf16()[0]):
+            # as rlvr.rollout.cpu.packed_linear packs the generation copy's weights (laid out for 16 rows; only on a
+            # CPU with native bf16: oneDNN's bf16 packing refuses an AVX2-only CPU)
             packed = [torch.ops.mkldnn._reorder_linear_weight(wt.contiguous(), 16) for wt in weights_bf16]
             weights_bf16 = []
 
@@ -299,11 +301,17 @@ def measure_matmuls(train_shape: tuple[int, int, int],
     return train_s, decode_s
 
 
-def _cache_key(train_shape: tuple[int, int, int], decode_shape: tuple[int, int, int, int]) -> dict[str, Any]:
+def machine_key() -> dict[str, Any]:
+    """What a CPU timing measured here depends on, for a cache key: the CPU model name, its bf16-relevant flags,
+    torch's kernel level, ``ONEDNN_MAX_CPU_ISA``, the torch version and the thread count."""
     flags = _cpu_flags()
-    return {"version": CACHE_VERSION, "cpu": _cpu_model_name(), "flags": [f for f in RELEVANT_FLAGS if f in flags],
+    return {"cpu": _cpu_model_name(), "flags": [f for f in RELEVANT_FLAGS if f in flags],
             "kernels": torch.backends.cpu.get_cpu_capability(), "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "train_shape": list(train_shape),
+            "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def _cache_key(train_shape: tuple[int, int, int], decode_shape: tuple[int, int, int, int]) -> dict[str, Any]:
+    return {"version": CACHE_VERSION, **machine_key(), "train_shape": list(train_shape),
             "decode_shape": list(decode_shape)}
 
 
@@ -365,7 +373,7 @@ def calibrate(shape: tuple[int, int] | None = None) -> Calibration:
     return found
 
 
-def _home_relative(path: Path) -> str:
+def home_relative(path: Path) -> str:
     """``path`` with the home folder written ``~``."""
     try:
         return "~/" + str(path.relative_to(Path.home()))
@@ -382,8 +390,8 @@ def _measured_choice(shape: tuple[int, int] | None, evidence: str) -> PrecisionC
                                        f"failed: {exc}) [{evidence}]")
     train, gen = cal.choice("training"), cal.choice("generation")
     other_t, other_g = ("fp32" if train == "bf16" else "bf16"), ("fp32" if gen == "bf16" else "bf16")
-    where = (f"cached: {_home_relative(cal.path)}" if cal.cached else
-             f"measured, saved to {_home_relative(cal.path)}" if cal.path is not None else "measured, not cached")
+    where = (f"cached: {home_relative(cal.path)}" if cal.cached else
+             f"measured, saved to {home_relative(cal.path)}" if cal.path is not None else "measured, not cached")
     reason = (f"precision auto: training {train} (matmul {train} {cal.train_gflops(train):.0f} vs {other_t} "
               f"{cal.train_gflops(other_t):.0f} GFLOP/s), generation {gen} (decode {gen} {cal.decode_gbps(gen):.1f} "
               f"vs {other_g} {cal.decode_gbps(other_g):.1f} GB/s of weights, bf16 {cal.speedup('generation'):.2f}x "

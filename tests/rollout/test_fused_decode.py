@@ -4,6 +4,8 @@ bf16 forward (as close to the fp32 model as that forward is), weight refresh, th
 and bad input named. Needs a CPU with native bf16 and AVX-512 (the kernels' build); elsewhere it is skipped and the
 hf engine keeps transformers' modules."""
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -106,6 +108,42 @@ def test_decode_attention_writes_the_new_token_and_is_grouped_sdpa_over_prompt_a
                                               attn_mask=mask)
     assert out.shape == (rows, heads * head_dim)
     torch.testing.assert_close(out.float(), expected.reshape(rows, -1), atol=8e-3, rtol=8e-3)  # bf16 output
+
+
+def test_decode_attention_over_a_subset_of_rows_is_the_full_calls_rows_and_writes_only_their_caches(kernels):
+    torch.manual_seed(3)
+    prompts, repeats, kv_heads, groups, head_dim, length, column = 2, 3, 2, 3, 16, 32, 7
+    rows, heads = prompts * repeats, kv_heads * groups
+    prompt = dict(prompt_keys_t=_blocked(torch.randn(prompts, kv_heads, length, head_dim).to(BF16)),
+                  prompt_values=torch.randn(prompts, kv_heads, length, head_dim).to(BF16),
+                  prompt_bias=torch.zeros(prompts, length))
+    own_keys_t = _blocked(torch.randn(rows, kv_heads, length, head_dim).to(BF16))
+    own_values = torch.randn(rows, kv_heads, length, head_dim).to(BF16)
+    qkv_rot = torch.randn(rows, heads + 2 * kv_heads, head_dim).to(BF16)
+
+    def call(qkv, rows_index=None):
+        keys_t, values = own_keys_t.clone(), own_values.clone()
+        out = kernels.decode_attention(qkv, own_keys_t=keys_t, own_values=values, own_bias=torch.zeros(rows, length),
+                                       column=column, scale=head_dim ** -0.5, rows=rows_index, **prompt)
+        return out, keys_t, values
+
+    full, full_keys_t, full_values = call(qkv_rot)
+    active = torch.tensor([0, 2, 5])  # rows of both prompts; rows 1, 3 and 4 have ended
+    part, part_keys_t, part_values = call(qkv_rot[active].contiguous(), active)
+    assert part.shape == (3, heads * head_dim)
+    assert torch.equal(part, full[active])  # each row is computed on its own
+    assert torch.equal(part_keys_t[active], full_keys_t[active])
+    assert torch.equal(part_values[active], full_values[active])
+    ended = torch.tensor([1, 3, 4])
+    assert torch.equal(part_keys_t[ended], own_keys_t[ended]) and torch.equal(part_values[ended], own_values[ended])
+    with pytest.raises(RuntimeError, match="rows: expected increasing indices in \\[0, 6\\), got 0 at 1"):
+        call(qkv_rot[:2].contiguous(), torch.tensor([2, 0]))
+    with pytest.raises(RuntimeError, match="rows: expected increasing indices in \\[0, 6\\), got 6 at 1"):
+        call(qkv_rot[:2].contiguous(), torch.tensor([1, 6]))
+    with pytest.raises(RuntimeError, match="rows: expected a contiguous \\(2\\) int64 CPU tensor"):
+        call(qkv_rot[:2].contiguous(), torch.tensor([0, 1, 2]))
+    with pytest.raises(RuntimeError, match="qkv_rot: expected 6 rows \\(the cache's\\), got 2"):
+        call(qkv_rot[:2].contiguous())
 
 
 def test_silu_mul_is_the_bf16_swiglu_product(kernels):
@@ -257,8 +295,8 @@ def test_dot_linear_is_the_bf16_linear_over_the_amx_pack(kernels, rows, out_feat
 
 
 @pytest.mark.parametrize("dot_s,onednn_s,chosen", [(1e-4, 2e-4, "dot"), (3e-4, 2e-4, "onednn")])
-def test_without_amx_the_decode_gemm_is_the_faster_one_measured(tmp_path, kernels, monkeypatch, capsys, dot_s,
-                                                                 onednn_s, chosen):
+def test_without_amx_the_decode_gemm_is_the_faster_one_measured_once_per_machine(tmp_path, kernels, monkeypatch,
+                                                                                 capsys, dot_s, onednn_s, chosen):
     measured = []
 
     def timings(kernels, out_features, in_features):
@@ -267,15 +305,29 @@ def test_without_amx_the_decode_gemm_is_the_faster_one_measured(tmp_path, kernel
 
     monkeypatch.setattr(fused_decode, "decode_gemm_timings", timings)
     monkeypatch.setattr(fused_decode, "amx_supported", lambda: False)
-    fused_decode.measured_decode_gemm.cache_clear()
+    monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
     model = _llama(tmp_path)
-    for _ in range(2):  # measured once per shape and process
-        fused = FusedDecoder(_low_precision_copy(model, BF16), kernels)
-    fused_decode.measured_decode_gemm.cache_clear()
-    config = model.config
-    assert measured == [(2 * config.intermediate_size, config.hidden_size)]
+    shape = (2 * model.config.intermediate_size, model.config.hidden_size)
+
+    def decoders_in_new_processes(processes: int) -> FusedDecoder:
+        for _ in range(processes):
+            fused_decode.measured_decode_gemm.cache_clear()  # what a new process starts with
+            for _ in range(2):
+                fused = FusedDecoder(_low_precision_copy(model, BF16), kernels)
+        fused_decode.measured_decode_gemm.cache_clear()
+        return fused
+
+    fused = decoders_in_new_processes(2)
+    assert measured == [shape]  # the second process read the first one's measurement
     assert fused.layers[0].gate_up.gemm == fused.lm_head.gemm == chosen
-    assert f"using {'dot_linear' if chosen == 'dot' else 'oneDNN'}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"using {'dot_linear' if chosen == 'dot' else 'oneDNN'}" in err
+    assert "measured, saved to" in err and "cached:" in err
+    (cache_file,) = (tmp_path / "cache").glob("decode-gemm-*.json")
+    assert json.loads(cache_file.read_text())["seconds"] == {"dot": dot_s, "onednn": onednn_s}
+    cache_file.write_text("{not json")  # a corrupt file is measured again and rewritten
+    decoders_in_new_processes(1)
+    assert measured == [shape, shape] and json.loads(cache_file.read_text())["key"]["shape"] == list(shape)
     with pytest.raises(ValueError, match="gemm must be one of"):
         FusedDecoder(_low_precision_copy(model, BF16), kernels, gemm="avx2")
 
@@ -351,6 +403,27 @@ def test_refresh_follows_a_weight_change(tmp_path, kernels):
     assert torch.equal(one_step(), before)  # the pack is a snapshot until refreshed
     fused.refresh()
     assert not torch.equal(one_step(), before)
+
+
+def test_a_step_of_the_running_rows_gives_their_logits_of_a_step_of_all_rows(tmp_path, kernels):
+    model = _llama(tmp_path)
+    gen = _low_precision_copy(model, BF16)
+    fused = FusedDecoder(gen, kernels)
+    ids = torch.tensor([[0, 3, 4, 5], [6, 7, 8, 9]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        cache = gen(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    past_key_values=DynamicCache(config=gen.config), use_cache=True).past_key_values
+    tokens, positions = torch.tensor([11, 12, 13, 14]), torch.tensor([3, 3, 4, 4])  # 2 prompts x 2 samples
+    every, running = fused.start(cache, mask, 2, 8), fused.start(cache, mask, 2, 8)
+    for _ in range(2):  # the second step reads the first one's keys/values from the rows' own caches
+        all_logits = fused.step(every, tokens, positions)
+        active = torch.tensor([1, 2])
+        logits = fused.step(running, tokens[active], positions[active], active)
+        assert logits.shape == (2, model.config.vocab_size)
+        assert torch.equal(logits, all_logits[active])
+        tokens, positions = tokens + 1, positions + 1
+    assert running.length == every.length == 2
 
 
 def test_the_hf_engine_samples_through_the_fused_step_and_its_logprobs_match_a_bf16_forward(tmp_path):

@@ -243,19 +243,23 @@ void check_cache(const torch::Tensor& keys_t, const torch::Tensor& values, const
               capacity, ") fp32 CPU tensor, got ", bias.scalar_type(), " of shape ", bias.sizes());
 }
 
-// Attention of one new token per row: qkv_rot (R, H + 2 Hk, d) bf16 from rope(). Its keys and values are first
-// written to position `column` of the row's own cache (own_keys_t (R, Hk, T / 16, d, 16), own_values (R, Hk, T, d),
-// own_bias (R, T)); then query head h (reading KV head h / G, transformers' grouping) attends over the prompt
-// cache of the row's prompt (row r reads prompt r / (R / U): prompt_keys_t (U, Hk, P / 16, d, 16), prompt_values
-// (U, Hk, P, d), prompt_bias (U, P), -inf on left padding, all P positions) and the row's first column + 1
-// positions. A group's samples share one copy of their prompt's keys/values, read once per thread from memory.
-// Scores, softmax and the weighted sum of values in fp32, the output rounded to bf16: (R, H d), o_proj's input.
+// Attention of one new token per row: qkv_rot (A, H + 2 Hk, d) bf16 from rope(), for the rows `rows` (A,) int64,
+// increasing, of the cache's R (None: all R, A = R; rows that have ended are left out). Its keys and values are
+// first written to position `column` of the row's own cache (own_keys_t (R, Hk, T / 16, d, 16), own_values
+// (R, Hk, T, d), own_bias (R, T)); then query head h (reading KV head h / G, transformers' grouping) attends over
+// the prompt cache of the row's prompt (row r reads prompt r / (R / U): prompt_keys_t (U, Hk, P / 16, d, 16),
+// prompt_values (U, Hk, P, d), prompt_bias (U, P), -inf on left padding, all P positions) and the row's first
+// column + 1 positions. A group's samples share one copy of their prompt's keys/values, read once per thread from
+// memory. Scores, softmax and the weighted sum of values in fp32, the output rounded to bf16: (A, H d), o_proj's
+// input.
 torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_t, torch::Tensor prompt_values,
                                torch::Tensor prompt_bias, torch::Tensor own_keys_t, torch::Tensor own_values,
-                               torch::Tensor own_bias, int64_t column, double scale) {
+                               torch::Tensor own_bias, int64_t column, double scale,
+                               c10::optional<torch::Tensor> rows_index) {
   check_bf16(qkv_rot, "qkv_rot", 3);
   check_bf16(own_keys_t, "own keys", 5);
-  const int64_t rows = qkv_rot.size(0), head_dim = qkv_rot.size(2), kv_heads = own_keys_t.size(1);
+  const int64_t active = qkv_rot.size(0), rows = own_keys_t.size(0), head_dim = qkv_rot.size(2);
+  const int64_t kv_heads = own_keys_t.size(1);
   const int64_t heads = qkv_rot.size(1) - 2 * kv_heads;
   TORCH_CHECK(kv_heads > 0 && heads > 0 && heads % kv_heads == 0, "qkv_rot: ", qkv_rot.size(1),
               " heads are not H query + 2 x ", kv_heads, " KV heads with H a multiple of ", kv_heads);
@@ -265,12 +269,27 @@ torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_
   check_cache(own_keys_t, own_values, own_bias, kv_heads, head_dim, "own");
   const int64_t prompts = prompt_keys_t.size(0), prompt_len = prompt_values.size(2);
   const int64_t own_capacity = own_values.size(2);
-  TORCH_CHECK(own_keys_t.size(0) == rows, "own cache: expected ", rows, " rows, got ", own_keys_t.size(0));
+  std::vector<int64_t> row_of(active);  // the cache row of each input row
+  if (rows_index.has_value()) {
+    const torch::Tensor& index = *rows_index;
+    TORCH_CHECK(index.device().is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous() &&
+                    index.dim() == 1 && index.size(0) == active, "rows: expected a contiguous (", active,
+                ") int64 CPU tensor, got ", index.scalar_type(), " of shape ", index.sizes());
+    const int64_t* idx = index.data_ptr<int64_t>();
+    for (int64_t a = 0; a < active; ++a) {
+      TORCH_CHECK(idx[a] >= 0 && idx[a] < rows && (a == 0 || idx[a] > idx[a - 1]), "rows: expected increasing "
+                  "indices in [0, ", rows, "), got ", idx[a], " at ", a);
+      row_of[a] = idx[a];
+    }
+  } else {
+    TORCH_CHECK(active == rows, "qkv_rot: expected ", rows, " rows (the cache's), got ", active);
+    for (int64_t a = 0; a < active; ++a) row_of[a] = a;
+  }
   TORCH_CHECK(prompts > 0 && rows % prompts == 0, rows, " rows are not a whole number of samples for ", prompts,
               " prompts");
   TORCH_CHECK(column >= 0 && column < own_capacity, "column ", column, " outside the cache capacity ", own_capacity);
   const int64_t repeats = rows / prompts;
-  auto out = torch::empty({rows, heads * head_dim}, qkv_rot.options());
+  auto out = torch::empty({active, heads * head_dim}, qkv_rot.options());
   const uint16_t* in_ptr = raw(qkv_rot);
   const uint16_t* pk_ptr = raw(prompt_keys_t);
   const uint16_t* pv_ptr = raw(prompt_values);
@@ -282,23 +301,23 @@ torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_
   const AttendFn fn = attend_for(groups);
   const int64_t width = (heads + 2 * kv_heads) * head_dim;
   // tasks row-major: a thread's consecutive tasks share a prompt, whose cache then stays in its caches
-  at::parallel_for(0, rows * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, active * kv_heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(groups * (prompt_len + column + 1)), q_scaled(groups * head_dim),
         acc(groups * head_dim);
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t r = task / kv_heads, hk = task % kv_heads, u = r / repeats;
+      const int64_t a = task / kv_heads, hk = task % kv_heads, r = row_of[a], u = r / repeats;
       uint16_t* own_k = ok_ptr + (r * kv_heads + hk) * own_capacity * head_dim;
       uint16_t* own_v = ov_ptr + (r * kv_heads + hk) * own_capacity * head_dim;
-      const uint16_t* new_k = in_ptr + r * width + (heads + hk) * head_dim;
-      const uint16_t* new_v = in_ptr + r * width + (heads + kv_heads + hk) * head_dim;
+      const uint16_t* new_k = in_ptr + a * width + (heads + hk) * head_dim;
+      const uint16_t* new_v = in_ptr + a * width + (heads + kv_heads + hk) * head_dim;
       uint16_t* key_column = own_k + column / 16 * 16 * head_dim + column % 16;
       for (int64_t i = 0; i < head_dim; ++i) key_column[i * 16] = new_k[i];
       std::memcpy(own_v + column * head_dim, new_v, head_dim * sizeof(uint16_t));
       const Segment prompt{pk_ptr + (u * kv_heads + hk) * prompt_len * head_dim,
                            pv_ptr + (u * kv_heads + hk) * prompt_len * head_dim, pb_ptr + u * prompt_len, prompt_len};
       const Segment own{own_k, own_v, ob_ptr + r * own_capacity, column + 1};
-      fn(in_ptr + r * width + hk * groups * head_dim, prompt, own, head_dim, static_cast<float>(scale), scores.data(),
-         q_scaled.data(), acc.data(), o_ptr + r * heads * head_dim + hk * groups * head_dim);
+      fn(in_ptr + a * width + hk * groups * head_dim, prompt, own, head_dim, static_cast<float>(scale), scores.data(),
+         q_scaled.data(), acc.data(), o_ptr + a * heads * head_dim + hk * groups * head_dim);
     }
   });
   return out;
@@ -633,7 +652,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &decode_attention,
         "one-query grouped attention over a shared prompt cache and each row's own cache (bf16)", py::arg("qkv_rot"),
         py::arg("prompt_keys_t"), py::arg("prompt_values"), py::arg("prompt_bias"), py::arg("own_keys_t"),
-        py::arg("own_values"), py::arg("own_bias"), py::arg("column"), py::arg("scale"));
+        py::arg("own_values"), py::arg("own_bias"), py::arg("column"), py::arg("scale"), py::arg("rows") = py::none());
   m.def("silu_mul", &silu_mul, "silu(gate) * up (bf16)");
   m.def("amx_permitted", &amx_permitted, "whether this process may use AMX tiles (asks the kernel once)");
   m.def("amx_linear", &amx_linear, "x @ W^T + bias over AMX-packed bf16 weights (pack_amx)", py::arg("x"),

@@ -27,11 +27,14 @@ linears read their slices of the same AMX packs (:class:`AmxLinear`) where the o
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -39,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
-from rlvr.rollout.cpu.kernels import amx_supported, decode_kernels
+from rlvr.rollout.cpu.kernels import DECODE_SOURCES, amx_supported, decode_kernels
 from rlvr.rollout.cpu.packed_linear import pack_weight, packing_supported, unpack_linears
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
@@ -131,19 +134,54 @@ def decode_gemm_timings(kernels: ModuleType, out_features: int, in_features: int
     return best
 
 
+DECODE_GEMM_CACHE_VERSION = 1
+"""Part of :func:`measured_decode_gemm`'s cache key: a change to what is measured bumps it."""
+
+
+def _read_timings(path: Path, key: dict) -> dict[str, float] | None:
+    """The timings in ``path`` if it is whole and measured under ``key``, else None (missing, corrupt, another key)."""
+    try:
+        data = json.loads(path.read_text())
+        seconds = {name: float(data["seconds"][name]) for name in ("dot", "onednn")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seconds if data.get("key") == key and all(0 < s < math.inf for s in seconds.values()) else None
+
+
 @lru_cache(maxsize=8)
 def measured_decode_gemm(kernels: ModuleType, out_features: int, in_features: int) -> str:
-    """``"dot"`` or ``"onednn"``: whichever ran a decode-shaped GEMM of this size faster here
-    (:func:`decode_gemm_timings`, ~10 ms; once per shape and process), printed with its figures. Without AMX, the
-    same vdpbf16ps instructions can stream the weights at different rates: on an AMD EPYC (AVX512_BF16, 2 threads)
-    ``dot_linear`` made a SmolLM2 decode step 0.81x oneDNN's, while a dot-product kernel of an earlier layout lost to
-    oneDNN on an Intel Xeon."""
+    """``"dot"`` or ``"onednn"``: whichever ran a decode-shaped GEMM of this size faster on this machine
+    (:func:`decode_gemm_timings`, ~10 ms), printed with its figures. Without AMX, the same vdpbf16ps instructions can
+    stream the weights at different rates: on an AMD EPYC (AVX512_BF16, 2 threads) ``dot_linear`` made a SmolLM2
+    decode step 0.81x oneDNN's, while a dot-product kernel of an earlier layout lost to oneDNN on an Intel Xeon.
+
+    The timings are cached like the precision measurement (:func:`rlvr.models.precision.calibrate`), in
+    ``<rlvr cache>/decode-gemm-<hash>.json``, keyed by the machine (:func:`rlvr.models.precision.machine_key`), the
+    kernels' source and the shape: two runs on a machine pick the same kernel, so the same seed samples the same
+    tokens, even where the two kernels time within noise of each other. Delete the file to measure again.
+    """
     if in_features % 32:
         return "onednn"
-    seconds = decode_gemm_timings(kernels, out_features, in_features)
+    from rlvr import cache_dir
+    from rlvr.models.precision import home_relative, machine_key
+    from rlvr.runs.atomic import atomic_write_text
+
+    source = hashlib.sha256(b"".join(path.read_bytes() for path in DECODE_SOURCES)).hexdigest()[:16]
+    key = {"version": DECODE_GEMM_CACHE_VERSION, **machine_key(), "kernel_source": source,
+           "shape": [out_features, in_features]}
+    path = cache_dir() / f"decode-gemm-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    seconds = _read_timings(path, key)
+    where = f"cached: {home_relative(path)}"
+    if seconds is None:
+        seconds = decode_gemm_timings(kernels, out_features, in_features)
+        try:
+            atomic_write_text(path, json.dumps({"key": key, "seconds": seconds}, indent=1))
+            where = f"measured, saved to {home_relative(path)}"
+        except OSError:
+            where = "measured, not cached"
     choice = "dot" if seconds["dot"] <= seconds["onednn"] else "onednn"
     print(f"[rlvr] decode GEMMs ({in_features} -> {out_features}, 16 rows): dot_linear {seconds['dot'] * 1e6:.0f} us, "
-          f"oneDNN {seconds['onednn'] * 1e6:.0f} us; using {'dot_linear' if choice == 'dot' else 'oneDNN'}",
+          f"oneDNN {seconds['onednn'] * 1e6:.0f} us; using {'dot_linear' if choice == 'dot' else 'oneDNN'} [{where}]",
           file=sys.stderr, flush=True)
     return choice
 
@@ -301,14 +339,17 @@ class FusedDecoder:
                            torch.zeros((rows, own_len)), cos[0].contiguous(), sin[0].contiguous())
 
     @torch.no_grad()
-    def step(self, state: DecodeState, tokens: Tensor, positions: Tensor) -> Tensor:
+    def step(self, state: DecodeState, tokens: Tensor, positions: Tensor, rows: Tensor | None = None) -> Tensor:
         """One decode step: the next token of each row in, its logits out.
 
         Args:
             state: from :meth:`start`; each row's cache gains this token's keys/values.
-            tokens: (R,) long, the tokens to feed. positions: (R,) long, their positions (RoPE).
+            tokens: (A,) long, the tokens to feed. positions: (A,) long, their positions (RoPE).
+            rows: (A,) long, increasing: the rows of ``state`` these are (the ones still running; the others'
+                caches are left as they are and cost nothing); None = all R rows.
         Returns:
-            (R, V) bf16 logits for the token after ``tokens``.
+            (A, V) bf16 logits for the token after ``tokens``. Each row's are the same bits whichever other rows
+            run with it (every kernel computes a row on its own).
         Raises:
             ValueError: the rows' caches are full.
         """
@@ -324,7 +365,7 @@ class FusedDecoder:
             rotated = k.rope(layer.qkv(normed), state.cos, state.sin, positions, self.heads, self.kv_heads)
             context = k.decode_attention(rotated, state.prompt_keys[index], state.prompt_values[index],
                                          state.prompt_bias, state.own_keys[index], state.own_values[index],
-                                         state.own_bias, column, self.scale)
+                                         state.own_bias, column, self.scale, rows)
             normed = k.add_rms_norm(hidden, layer.o(context), layer.post_norm.weight, self.eps)
             delta = layer.down(k.silu_mul(layer.gate_up(normed)))
         state.length = column + 1
