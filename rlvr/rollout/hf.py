@@ -14,7 +14,8 @@ attention that never copies the cache per query head (on the generation copy), l
 an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
 for oneDNN (:mod:`rlvr.rollout.cpu.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
 where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.cpu.fused_decode`; 22-27 ms
-a step at 2 threads with AMX). Each prompt is prefilled
+a step at 2 threads with AMX); in fp32 on a CPU, the decode steps' linear layers through an AVX2 kernel where it
+measures faster than ``F.linear`` (:mod:`rlvr.rollout.cpu.fp32_decode`). Each prompt is prefilled
 once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
 recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
 rollout's compute).
@@ -22,7 +23,9 @@ rollout's compute).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import torch
@@ -86,6 +89,14 @@ class HFRolloutEngine:
 
             self.cpu_decode = cpu.accelerate(self.generation_model)
         self.fused: FusedDecoder | None = self.cpu_decode.fused if self.cpu_decode is not None else None
+        # fp32 generation on a CPU: the decode steps' linear layers through the AVX2 kernel where it measures faster
+        self.fp32_kernels: ModuleType | None = None
+        params = list(self.generation_model.parameters())
+        if (self.cpu_decode is None and not partitioned and params
+                and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)):
+            from rlvr.rollout.cpu.fp32_decode import measured_fp32_decode
+
+            self.fp32_kernels = measured_fp32_decode(self.generation_model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when
@@ -149,8 +160,13 @@ class HFRolloutEngine:
                 stopped[row] = (len(ids), hit)
             return hit is not None
 
+        fp32_linears: contextlib.AbstractContextManager = contextlib.nullcontext()
+        if self.fp32_kernels is not None:
+            from rlvr.rollout.cpu.fp32_decode import fp32_decode_linears
+
+            fp32_linears = fp32_decode_linears(model, self.fp32_kernels)
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype or torch.float32,
-                            enabled=use_autocast):
+                            enabled=use_autocast), fp32_linears:
             new_tokens, logprobs = decode.sample(
                 model, input_ids.to(device), attention_mask.to(device), n, max_new_tokens=sampling.max_new_tokens,
                 temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos_ids=self.eos_ids,

@@ -27,14 +27,11 @@ linears read their slices of the same AMX packs (:class:`AmxLinear`) where the o
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -44,6 +41,7 @@ from transformers.cache_utils import Cache
 
 from rlvr.rollout.cpu.kernels import DECODE_SOURCES, amx_supported, decode_kernels
 from rlvr.rollout.cpu.packed_linear import pack_weight, packing_supported, unpack_linears
+from rlvr.rollout.cpu.timings import cached_timings, source_digest
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
 MAX_GROUPS = 8
@@ -138,16 +136,6 @@ DECODE_GEMM_CACHE_VERSION = 1
 """Part of :func:`measured_decode_gemm`'s cache key: a change to what is measured bumps it."""
 
 
-def _read_timings(path: Path, key: dict) -> dict[str, float] | None:
-    """The timings in ``path`` if it is whole and measured under ``key``, else None (missing, corrupt, another key)."""
-    try:
-        data = json.loads(path.read_text())
-        seconds = {name: float(data["seconds"][name]) for name in ("dot", "onednn")}
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return seconds if data.get("key") == key and all(0 < s < math.inf for s in seconds.values()) else None
-
-
 @lru_cache(maxsize=8)
 def measured_decode_gemm(kernels: ModuleType, out_features: int, in_features: int) -> str:
     """``"dot"`` or ``"onednn"``: whichever ran a decode-shaped GEMM of this size faster on this machine
@@ -155,30 +143,16 @@ def measured_decode_gemm(kernels: ModuleType, out_features: int, in_features: in
     stream the weights at different rates: on an AMD EPYC (AVX512_BF16, 2 threads) ``dot_linear`` made a SmolLM2
     decode step 0.81x oneDNN's, while a dot-product kernel of an earlier layout lost to oneDNN on an Intel Xeon.
 
-    The timings are cached like the precision measurement (:func:`rlvr.models.precision.calibrate`), in
-    ``<rlvr cache>/decode-gemm-<hash>.json``, keyed by the machine (:func:`rlvr.models.precision.machine_key`), the
-    kernels' source and the shape: two runs on a machine pick the same kernel, so the same seed samples the same
-    tokens, even where the two kernels time within noise of each other. Delete the file to measure again.
+    The timings are cached per machine (:mod:`rlvr.rollout.cpu.timings`: ``<rlvr cache>/decode-gemm-<hash>.json``),
+    keyed also by the kernels' source and the shape: two runs on a machine pick the same kernel, so the same seed
+    samples the same tokens, even where the two kernels time within noise of each other.
     """
     if in_features % 32:
         return "onednn"
-    from rlvr import cache_dir
-    from rlvr.models.precision import home_relative, machine_key
-    from rlvr.runs.atomic import atomic_write_text
-
-    source = hashlib.sha256(b"".join(path.read_bytes() for path in DECODE_SOURCES)).hexdigest()[:16]
-    key = {"version": DECODE_GEMM_CACHE_VERSION, **machine_key(), "kernel_source": source,
+    key = {"version": DECODE_GEMM_CACHE_VERSION, "kernel_source": source_digest(DECODE_SOURCES),
            "shape": [out_features, in_features]}
-    path = cache_dir() / f"decode-gemm-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
-    seconds = _read_timings(path, key)
-    where = f"cached: {home_relative(path)}"
-    if seconds is None:
-        seconds = decode_gemm_timings(kernels, out_features, in_features)
-        try:
-            atomic_write_text(path, json.dumps({"key": key, "seconds": seconds}, indent=1))
-            where = f"measured, saved to {home_relative(path)}"
-        except OSError:
-            where = "measured, not cached"
+    seconds, where = cached_timings("decode-gemm", key, ("dot", "onednn"),
+                                    lambda: decode_gemm_timings(kernels, out_features, in_features))
     choice = "dot" if seconds["dot"] <= seconds["onednn"] else "onednn"
     print(f"[rlvr] decode GEMMs ({in_features} -> {out_features}, 16 rows): dot_linear {seconds['dot'] * 1e6:.0f} us, "
           f"oneDNN {seconds['onednn'] * 1e6:.0f} us; using {'dot_linear' if choice == 'dot' else 'oneDNN'} [{where}]",

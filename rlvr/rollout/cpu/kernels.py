@@ -1,19 +1,21 @@
-"""Building and loading rlvr's AVX-512 CPU kernels: ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
+"""Building and loading rlvr's CPU kernels: ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
 :mod:`rlvr.rollout.cpu.fused_decode`) and, through :func:`build_kernels`, the trainer's log-prob kernels
-(:mod:`rlvr.models.cpu_logprobs`). Both include ``avx512.h`` (shared vector helpers).
+(:mod:`rlvr.models.cpu_logprobs`), both AVX-512 and including ``avx512.h`` (shared vector helpers); and the AVX2 fp32
+decode GEMM (:mod:`rlvr.rollout.cpu.fp32_decode`).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``,
-:func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. They are built for AVX-512 and
-loaded only where torch runs AVX-512 kernels. Where they cannot be built (no compiler, another CPU),
-:func:`decode_kernels` says why once on stderr and returns None, and decoding keeps transformers' modules (the
-log-prob keeps torch's ops).
+:func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. The AVX-512 ones are loaded only
+where torch runs AVX-512 kernels, the AVX2 one where it runs AVX2 or AVX-512 kernels. Where they cannot be built (no
+compiler, another CPU), :func:`build_kernels` says why once on stderr and returns None, and the caller keeps torch's
+ops (transformers' modules for decoding).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +29,8 @@ CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512d
           "-mamx-bf16", "-mfma", "-mprefer-vector-width=512"]
 """-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads). The AMX
 and AVX512_BF16 instructions are compiled in but only run where the CPU has them (:func:`amx_supported`)."""
+AVX2_CFLAGS = ["-O3", "-fopenmp", "-mavx2", "-mfma"]
+"""The fp32 decode kernel's build (``fp32_linear.cpp``): any x86 CPU torch runs AVX2 kernels on."""
 
 
 def amx_supported() -> bool:
@@ -43,11 +47,20 @@ def kernels_supported() -> tuple[bool, str]:
     return True, ""
 
 
-def build_kernels(name: str, source: Path, what: str, fallback: str) -> ModuleType | None:
-    """Build (once per machine, cached) and load the AVX-512 extension ``name`` from ``source``, or None where this CPU
-    or machine cannot build or run it, the reason printed once. ``what`` names the kernels and ``fallback`` what runs
-    instead, in the messages."""
-    ok, reason = kernels_supported()
+def avx2_supported() -> tuple[bool, str]:
+    """Whether this CPU runs the AVX2 + FMA build (:data:`AVX2_CFLAGS`), and why not in words."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    if not capability.startswith(("AVX2", "AVX512")):
+        return False, f"torch runs {capability} kernels, the fp32 decode kernel is built for AVX2"
+    return True, ""
+
+
+def build_kernels(name: str, source: Path, what: str, fallback: str, cflags: list[str] | None = None,
+                  supported: Callable[[], tuple[bool, str]] = kernels_supported) -> ModuleType | None:
+    """Build (once per machine, cached) and load the extension ``name`` from ``source`` with ``cflags`` (default
+    :data:`CFLAGS`, AVX-512), or None where this CPU (``supported``) or machine cannot build or run it, the reason
+    printed once. ``what`` names the kernels and ``fallback`` what runs instead, in the messages."""
+    ok, reason = supported()
     if not ok:
         return None
     try:
@@ -55,7 +68,7 @@ def build_kernels(name: str, source: Path, what: str, fallback: str) -> ModuleTy
 
         print(f"[rlvr] loading {what} (built on first use on a machine, ~1 min; cached under "
               f"{os.environ.get('TORCH_EXTENSIONS_DIR')})", file=sys.stderr, flush=True)
-        return load(name=name, sources=[str(source)], extra_cflags=CFLAGS, verbose=False)
+        return load(name=name, sources=[str(source)], extra_cflags=cflags or CFLAGS, verbose=False)
     except Exception as err:  # no compiler or ninja, a build error: the caller keeps torch's ops
         print(f"[rlvr] {what} unavailable ({type(err).__name__}: {str(err).splitlines()[0][:200]}); {fallback}",
               file=sys.stderr, flush=True)
