@@ -350,11 +350,31 @@ Every figure names its CPU; the commit is the one that recorded it, where known.
 `grep -o 'avx512_bf16\|amx_bf16\|avx2' /proc/cpuinfo | sort -u`. New reports are stamped with date, commit and CPU
 by `benchmarks/machine.py`.
 
+### This benchmark on a CPU with AVX2 only (5681300, 2026-12-02)
+
+`python benchmarks/bench_vs_trl.py --models smollm2,tiny --pairs smollm2=2,tiny=1 --steps 5 --threads 2 --out OUT
+--results-dir DIR` on an AMD EPYC with AVX2 and no AVX-512 (2 cores, load 1.4 at the start, 1.7-2.3 during the
+runs; raw data `benchmarks/results/vs_trl_avx2_raw.json`). `auto` is fp32 on both sides there (bf16 matmul 1.2
+GFLOP/s, fp32 165 GFLOP/s, read 24.0 GB/s), so no autocast and no bf16 generation copy: rlvr decodes with the fp32
+policy and its AVX2 decode GEMM (`rlvr/rollout/cpu/fp32_decode.py`). Fewer pairs and steps than the run at the top
+(2 pairs of 4 timed steps).
+
+| model | rlvr step s (generation, training) | TRL step s (generation, training) | ratio (per pair) |
+| --- | --- | --- | --- |
+| SmolLM2-135M | 26.3 (12.2, 14.0) | 58.7 (25.9, 33.5) | **0.48** (0.55, 0.41) |
+| tiny Qwen2-shaped | 2.69 (0.89, 1.79) | 8.73 (3.19, 5.53) | 0.31 |
+
+rlvr's training is 1.8x its FLOP floor there (TRL 4.6x); its generation, ~115 ms a decode step at 16 rows against a
+~23 ms fp32 weight-read floor, is what keeps the ratio at about half: after the GEMMs (~57 ms a step) come torch's
+CPU flash attention over the cache (~16 ms a step for 30 small calls) and transformers' small element-wise ops.
+The fused decode step of the AVX-512 CPUs has no AVX2 fp32 counterpart yet.
+
 ### The CPU demo (`make demo`, `recipes/demo.yaml`)
 
 The whole run: the eval before (128 held-out prompts x 4), 30 steps of 8 prompts x 8 samples, the eval after; the
-venv and the converted model already in place; torch's default 2 threads. The AVX2 row caps torch's kernels on the
-same Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`), where `auto` picks fp32.
+venv and the converted model already in place; torch's default 2 threads. The Xeon's AVX2 row caps torch's kernels on
+that Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`), where `auto` picks fp32;
+the last row is a CPU that has AVX2 and no AVX-512.
 
 | CPU, code (commit, date) | `auto` chose | wall | peak RSS | held-out pass@1 before -> after (s.e. of the change) |
 | --- | --- | ---: | ---: | --- |
@@ -366,7 +386,14 @@ same Xeon (`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCT
 | the same EPYC, `optim.micro_batch_size: 64` (not the recipe's 16), 1 thread, beside A/B benchmarks (load ~2) (54a00da, 2026-12-02) | bf16 | 564 s | 6.6 GB | 0.396 ± 0.027 -> 0.893 ± 0.021 (14.8) |
 | the same, 1 torch thread, the other core busy (4683045, 2026-12-01) | fp32 | 1337 s | 4.5 GB | 0.402 -> 0.951 |
 | the same EPYC, 2 torch threads (the default), quiet; packed rows, log-prob kernels, `dot_linear`, one-rank step (4c87ae5, 2026-12-02) | bf16 | 373 s (385 s with start-up) | 5.0 GB | 0.396 ± 0.027 -> 0.932 ± 0.017 (16.8) |
+| AMD EPYC with AVX2 only (no AVX-512), 2 cores, 2 torch threads, quiet (6c072eb, 2026-12-02) | fp32 (no native bf16: not measured) | 814 s (834 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 
+- On the AVX2-only EPYC (a CPU without AVX-512, not capped): median step 21.7 s (rollout 5.4 s, update 16.1 s),
+  evals 87.5 s and 53.5 s, 1475 s user + 101 s system CPU. Forced bf16 was not run there: torch multiplied bf16 at
+  1.2 GFLOP/s against fp32's 165 GFLOP/s in the same session (bench_vs_trl's matmul measurement, 2 threads), so each
+  update would take over 100x longer. This run predates the fp32 decode kernel (cd7ae16), whose effect on the
+  demo's 16-token rollouts is smaller than on long ones (most of its rollout is the prefill of 8-prompt few-shot
+  batches).
 - On the AMD EPYC `auto` measured bf16 faster for both stages, so forced bf16 is the same configuration (not run
   again); the measurement itself is ~1.5 s once, then read from its cache. Median step there: rollout 3.6 s and update
   12.4 s with `auto` (bf16), 5.9 s and 19.2 s in fp32; with 64-row micro-batches the update took 8.5 s (median).
