@@ -233,7 +233,14 @@ def _shapes(hidden: int, intermediate: int) -> tuple[tuple[int, int, int], tuple
     return (tokens, hidden, train_inter), (DECODE_ROWS, hidden, decode_inter, weights)
 
 
-def _median_seconds(calls: dict[str, Any]) -> dict[str, float]:
+def bf16_packing_supported() -> bool:
+    """Whether oneDNN can prepack bf16 linear weights here (``torch.ops.mkldnn._reorder_linear_weight``): built into
+    torch, and a CPU with native bf16 (:func:`cpu_native_bf16`; oneDNN refuses the packing on an AVX2-only CPU)."""
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+            and cpu_native_bf16()[0])
+
+
+def median_seconds(calls: dict[str, Any]) -> dict[str, float]:
     """Median wall seconds of each no-argument callable, after a warm-up call each; the calls alternate (and swap
     order every round) so that a load that comes and goes weighs on all of them alike."""
     for fn in calls.values():
@@ -270,7 +277,7 @@ def measure_matmuls(train_shape: tuple[int, int, int],
     w = torch.randn(inter, hidden, generator=gen) / math.sqrt(hidden)
     xb, wb = x.bfloat16(), w.bfloat16()
     with torch.no_grad():
-        train_s = _median_seconds({"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb)})
+        train_s = median_seconds({"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb)})
         rows, hidden, inter, count = decode_shape
         one = torch.randn(inter, hidden, generator=gen) / math.sqrt(hidden)
         weights = [one.clone() for _ in range(count)]
@@ -278,10 +285,8 @@ def measure_matmuls(train_shape: tuple[int, int, int],
         xdb = xd.bfloat16()
         weights_bf16 = [wt.bfloat16() for wt in weights]
         packed = None
-        if (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-                and cpu_native_bf16()[0]):
-            # as rlvr.rollout.cpu.packed_linear packs the generation copy's weights (laid out for 16 rows; only on a
-            # CPU with native bf16: oneDNN's bf16 packing refuses an AVX2-only CPU)
+        if bf16_packing_supported():
+            # as rlvr.rollout.cpu.packed_linear packs the generation copy's weights (laid out for 16 rows)
             packed = [torch.ops.mkldnn._reorder_linear_weight(wt.contiguous(), 16) for wt in weights_bf16]
             weights_bf16 = []
 
@@ -297,7 +302,7 @@ def measure_matmuls(train_shape: tuple[int, int, int],
                 for wt in weights_bf16:
                     F.linear(xdb, wt)
 
-        decode_s = _median_seconds({"fp32": decode_fp32, "bf16": decode_bf16})
+        decode_s = median_seconds({"fp32": decode_fp32, "bf16": decode_bf16})
     return train_s, decode_s
 
 

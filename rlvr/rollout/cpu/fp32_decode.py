@@ -13,7 +13,6 @@ linear layers' small no-grad inputs through it while decoding.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -56,20 +55,16 @@ def _decode_weights(model: nn.Module) -> list[Tensor]:
     return weights
 
 
-def fp32_decode_timings(kernels: ModuleType, weights: list[Tensor], rows: int = 16, reps: int = 5) -> dict[str, float]:
-    """Best-of-``reps`` seconds of one pass of ``rows`` random fp32 rows through every weight (out, in) of
-    ``weights``: ``kernel`` (``fp32_linear``) and ``torch`` (``F.linear``), alternated."""
+def fp32_decode_timings(kernels: ModuleType, weights: list[Tensor], rows: int = 16) -> dict[str, float]:
+    """Median seconds of one pass of ``rows`` random fp32 rows through every weight (out, in) of ``weights``:
+    ``kernel`` (``fp32_linear``) and ``torch`` (``F.linear``), alternated as the precision measurement alternates
+    its matmuls (:func:`rlvr.models.precision.median_seconds`)."""
+    from rlvr.models.precision import median_seconds
+
     inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
-    calls = {"kernel": lambda: [kernels.fp32_linear(inputs[w.shape[1]], w, None) for w in weights],
-             "torch": lambda: [F.linear(inputs[w.shape[1]], w) for w in weights]}
-    best = dict.fromkeys(calls, float("inf"))
     with torch.no_grad():
-        for _ in range(reps + 1):  # the first pass is a warm-up
-            for name, call in calls.items():
-                start = time.perf_counter()
-                call()
-                best[name] = min(best[name], time.perf_counter() - start)
-    return best
+        return median_seconds({"kernel": lambda: [kernels.fp32_linear(inputs[w.shape[1]], w, None) for w in weights],
+                               "torch": lambda: [F.linear(inputs[w.shape[1]], w) for w in weights]})
 
 
 def measured_fp32_decode(model: nn.Module) -> ModuleType | None:

@@ -25,14 +25,13 @@ PACK_BATCH_HINT = 16
 
 
 def packing_supported(model: nn.Module) -> bool:
-    """Whether :func:`pack_linears` applies: parameters in bf16 on the CPU, oneDNN built in, and a CPU with native
-    bf16 (:func:`rlvr.models.precision.cpu_native_bf16`; packing emulated bf16 is not measured)."""
-    from rlvr.models.precision import cpu_native_bf16
+    """Whether :func:`pack_linears` applies: parameters in bf16 on the CPU, and oneDNN able to pack them here
+    (:func:`rlvr.models.precision.bf16_packing_supported`: built in, a CPU with native bf16)."""
+    from rlvr.models.precision import bf16_packing_supported
 
     params = list(model.parameters())
     return (bool(params) and all(p.device.type == "cpu" and p.dtype == torch.bfloat16 for p in params)
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and cpu_native_bf16()[0])
+            and bf16_packing_supported())
 
 
 def pack_weight(weight: Tensor) -> Tensor:
