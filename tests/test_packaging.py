@@ -41,7 +41,7 @@ def test_pyproject_lists_every_package_under_rlvr() -> None:
     assert sorted(tool["packages"]) == sorted(expected)
     assert {p.split(".")[0] for p in tool["packages"]} == {"rlvr"}
     assert tool["package-data"] == {"rlvr.sandbox": ["image.env", "setup.sh"],
-                                    "rlvr.rollout.cpu": ["decode_kernels.cpp", "avx512.h", "fp32_linear.cpp"],
+                                    "rlvr.rollout.cpu": ["decode_kernels.cpp", "avx512.h", "fp32_decode_kernels.cpp"],
                                     "rlvr.models": ["cpu_logprobs.cpp"]}
     # every kernel source compiled on first use ships with its package
     sources = {(".".join(path.parent.relative_to(ROOT).parts), path.name)

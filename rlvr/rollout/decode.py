@@ -215,8 +215,9 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         if step + 1 == max_new_tokens or _all_finished(running, synced):
             break
         if fused is not None and not bool(running.all()):
-            # rows that ended are decoded no further: a step's work shrinks with the rows still running (each row's
-            # logits are the same bits either way); the ended rows' logits stay zero, their draws are replaced by pad
+            # rows that ended are decoded no further: a step's work shrinks with the rows still running (with rlvr's
+            # GEMM kernels each row's logits are the same bits either way: FusedDecoder.step); the ended rows' logits
+            # stay zero, their draws are replaced by pad
             active = running.nonzero().squeeze(1)
             step_logits = fused.step(state, token[active], next_pos.squeeze(1)[active], active)
             logits = step_logits.new_zeros((r, step_logits.shape[1])).index_copy_(0, active, step_logits)

@@ -14,8 +14,9 @@ attention that never copies the cache per query head (on the generation copy), l
 an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
 for oneDNN (:mod:`rlvr.rollout.cpu.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
 where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.cpu.fused_decode`; 22-27 ms
-a step at 2 threads with AMX); in fp32 on a CPU, the decode steps' linear layers through an AVX2 kernel where it
-measures faster than ``F.linear`` (:mod:`rlvr.rollout.cpu.fp32_decode`). Each prompt is prefilled
+a step at 2 threads with AMX); in fp32 on a CPU, Llama-style models decode through the same fused step in fp32
+(AVX2 kernels), other models with their linear layers through an AVX2 GEMM where it measures faster than ``F.linear``
+(:mod:`rlvr.rollout.cpu.fp32_decode`). Each prompt is prefilled
 once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
 recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
 rollout's compute).
@@ -89,14 +90,19 @@ class HFRolloutEngine:
 
             self.cpu_decode = cpu.accelerate(self.generation_model)
         self.fused: FusedDecoder | None = self.cpu_decode.fused if self.cpu_decode is not None else None
-        # fp32 generation on a CPU: the decode steps' linear layers through the AVX2 kernel where it measures faster
+        # fp32 generation on a CPU: the fused fp32 step (Llama-style models) over the parameters as they are, or
+        # else the decode steps' linear layers through the AVX2 GEMM where it measures faster
         self.fp32_kernels: ModuleType | None = None
         params = list(self.generation_model.parameters())
         if (self.cpu_decode is None and not partitioned and params
                 and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)):
             from rlvr.rollout.cpu.fp32_decode import measured_fp32_decode
+            from rlvr.rollout.cpu.fused_decode import build_fused_decoder
 
-            self.fp32_kernels = measured_fp32_decode(self.generation_model)
+            if autocast_dtype is None or generation_copy:  # (not autocast over the shared fp32 parameters)
+                self.fused = build_fused_decoder(self.generation_model)
+            if self.fused is None:
+                self.fp32_kernels = measured_fp32_decode(self.generation_model)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Copy ``model``'s weights into the generation copy (cast to its dtype, packed weights re-packed); a no-op when

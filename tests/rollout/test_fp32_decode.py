@@ -1,7 +1,7 @@
-"""fp32 decoding's linear layers through the AVX2 kernel (rlvr/rollout/cpu/fp32_decode.py, fp32_linear.cpp): the
+"""fp32 decoding's linear layers through the AVX2 GEMM (rlvr/rollout/cpu/fp32_decode.py, fp32_decode_kernels.cpp): the
 kernel against a float64 reference at every tail of its blocking, bad input named, the decode-time routing (small
 no-grad fp32 inputs only, layers restored after), the measured choice and its cache, and the hf engine sampling
-through it. Skipped where the kernel cannot be built (no AVX2 or no compiler)."""
+through it where the fused fp32 step does not run. Skipped where the kernel cannot be built (no AVX2 or no compiler)."""
 
 import json
 
@@ -124,14 +124,18 @@ def test_the_kernel_is_used_where_it_measures_faster_measured_once_per_machine(t
     assert measured_fp32_decode(torch.nn.Embedding(4, 4)) is None  # no linear layer: nothing to measure
 
 
-def test_the_hf_engine_decodes_fp32_through_the_kernel_where_it_is_faster(tmp_path, kernels, monkeypatch):
+def test_without_the_fused_step_the_hf_engine_decodes_fp32_linears_through_the_kernel_where_it_is_faster(
+        tmp_path, kernels, monkeypatch):
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf import HFRolloutEngine
 
     monkeypatch.setattr(fp32_decode, "fp32_decode_timings", lambda kernels, weights: {"kernel": 1.0, "torch": 2.0})
     monkeypatch.setenv("RLVR_CACHE", str(tmp_path / "cache"))
+    # a model the fused fp32 step does not take (e.g. another architecture)
+    monkeypatch.setattr("rlvr.rollout.cpu.fused_decode.build_fused_decoder", lambda model: None)
     model, tok = _tiny(tmp_path), build_tokenizer()
     engine = HFRolloutEngine(model, tok, [tok.eos_token_id], autocast_dtype=None)
+    assert engine.fused is None
     assert engine.fp32_kernels is kernels and engine.generation_model is model
     prompt = tok("12+3=?")["input_ids"]
     torch.manual_seed(7)

@@ -449,7 +449,9 @@ def test_the_hf_engine_samples_through_the_fused_step_and_its_logprobs_match_a_b
 
 def test_support_is_decided_by_the_architecture_and_named(tmp_path):
     model = _llama(tmp_path)
-    assert not fused_decode_supported(model)[0]  # fp32 parameters
+    assert fused_decode_supported(model) == (True, "")  # fp32 parameters: the AVX2 kernels
+    model.half()
+    assert fused_decode_supported(model) == (False, "parameters neither fp32 nor bf16 on a CPU with native bf16")
     gen = _low_precision_copy(model, BF16)
     assert fused_decode_supported(gen) == (True, "")
     gen.config.hidden_act = "gelu"

@@ -1,13 +1,16 @@
-"""fp32 decoding on a CPU: the linear layers of a decode step through an AVX2 + FMA kernel (``fp32_linear.cpp``).
+"""fp32 decoding on a CPU: the AVX2 + FMA kernels of ``fp32_decode_kernels.cpp``, and the decode GEMM's measured choice.
 
 Where training and generation run in fp32 (``precision: auto`` on a CPU without native bf16), the ``hf`` engine
-decodes with the policy itself, through transformers' modules. A decode step multiplies a few rows (the running
-samples) by every weight once, so its GEMMs are bound by streaming the weights, which a BLAS tuned for large
-matrices does not reach at 16 rows: on an AMD EPYC with AVX2 (2 threads), MKL's ``F.linear`` streamed SmolLM2's fp32
-weights at ~3 GB/s. ``fp32_linear`` reads each weight once, straight from the ``nn.Linear`` (no packed copy, so
-nothing to refresh after a weight sync). Whether it beats ``F.linear`` on a machine is measured once, over the
-model's own first weights, and cached (:mod:`rlvr.rollout.cpu.timings`); :func:`fp32_decode_linears` then routes the
-linear layers' small no-grad inputs through it while decoding.
+decodes with the policy itself. A decode step multiplies a few rows (the running samples) by every weight once, so
+its GEMMs are bound by streaming the weights, which a BLAS tuned for large matrices does not reach at 16 rows: on an
+AMD EPYC with AVX2 (2 threads), MKL's ``F.linear`` streamed SmolLM2's fp32 weights at ~3 GB/s. ``fp32_linear`` reads
+each weight once, straight from the ``nn.Linear`` (no packed copy, so nothing to refresh after a weight sync).
+Whether it beats ``F.linear`` on a machine is measured once, over the model's own first weights, and cached
+(:mod:`rlvr.rollout.cpu.timings`).
+
+Llama-style models decode through the fused fp32 step (:class:`rlvr.rollout.cpu.fused_decode.FusedDecoder`, whose
+element-wise and attention kernels are in the same source); for other models, :func:`fp32_decode_linears` routes
+the linear layers' small no-grad inputs through ``fp32_linear`` while transformers' modules decode.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from torch import Tensor, nn
 from rlvr.rollout.cpu.kernels import AVX2_CFLAGS, avx2_supported, build_kernels
 from rlvr.rollout.cpu.timings import cached_timings, source_digest
 
-SOURCE = Path(__file__).with_name("fp32_linear.cpp")
+SOURCE = Path(__file__).with_name("fp32_decode_kernels.cpp")
 MAX_ROWS = 64
 """Inputs of at most this many rows (a decode step's running samples) take the kernel; larger ones (a prefill)
 keep ``F.linear``, which is compute-bound there and blocks for it."""
@@ -38,8 +41,11 @@ CACHE_VERSION = 1
 
 @lru_cache(maxsize=1)
 def fp32_kernels() -> ModuleType | None:
-    """The compiled ``fp32_linear``, or None where this CPU or machine cannot build or run it (the reason printed)."""
-    return build_kernels("rlvr_fp32_linear", SOURCE, "the fp32 decode kernel", "fp32 decoding keeps F.linear",
+    """The compiled kernels (``fp32_linear``, ``fp32_linears``, ``add_rms_norm``, ``rope``, ``decode_attention``,
+    ``silu_mul``, ``sample_tokens``), or None where this CPU or machine cannot build or run them (the reason
+    printed)."""
+    return build_kernels("rlvr_fp32_decode_kernels", SOURCE, "the fp32 decode kernels",
+                         "fp32 decoding keeps transformers' modules and F.linear",
                          cflags=AVX2_CFLAGS, supported=avx2_supported)
 
 

@@ -1,4 +1,5 @@
-"""A fused decode step for Llama-style models in bf16 on a CPU: the ``hf`` engine's generation copy, one new token.
+"""A fused decode step for Llama-style models on a CPU, in bf16 (the ``hf`` engine's generation copy) or fp32 (the
+policy itself, where generation runs in fp32): one new token a row.
 
 Decoding a few rows (16 in the CPU demo) reads every weight once per token, so the step's floor is the time to stream
 the weights. Through transformers' modules a step is ~6,000 small ops (211 linear layers for SmolLM2, 30 SDPA calls,
@@ -19,10 +20,17 @@ positions are one vector FMA a dimension; a group's samples share one copy of th
 samples of a 57-token prompt: ~45% of the bytes attention reads in a 128-token rollout). The step's time against
 transformers' modules: ``benchmarks/RESULTS.md``.
 
+In fp32 the same step runs the AVX2 kernels of ``fp32_decode_kernels.cpp`` (:mod:`rlvr.rollout.cpu.fp32_decode`),
+which take the same shapes and layouts with no rounding, and the GEMMs read the layers' own weights on every call
+(``fp32_linears``: q/k/v and gate/up each one call over separate weights; or ``F.linear`` where a measurement finds
+the kernel slower): no packed copy, so the policy's own parameters are decoded as they change, with nothing to
+refresh.
+
 Supported: ``llama``, ``mistral`` and ``qwen2`` models (RMSNorm, RoPE, SwiGLU MLP, full attention; biases on any
-projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.cpu.packed_linear.packing_supported` holds and
-the kernels build (:func:`fused_decode_supported` says why not). The prefill stays with transformers' modules, whose
-linears read their slices of the same AMX packs (:class:`AmxLinear`) where the outputs come in groups of 64.
+projection), their parameters in bf16 on a CPU where :func:`rlvr.rollout.cpu.packed_linear.packing_supported` holds
+and the AVX-512 kernels build, or in fp32 (head size a multiple of 8) where the AVX2 ones build
+(:func:`fused_decode_supported` says why not). The prefill stays with transformers' modules, whose bf16 linears read
+their slices of the same AMX packs (:class:`AmxLinear`) where the outputs come in groups of 64.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.cache_utils import Cache
 
-from rlvr.rollout.cpu.kernels import DECODE_SOURCES, amx_supported, decode_kernels
+from rlvr.rollout.cpu.fp32_decode import fp32_kernels, measured_fp32_decode
+from rlvr.rollout.cpu.kernels import DECODE_SOURCES, amx_supported, avx2_supported, decode_kernels
 from rlvr.rollout.cpu.packed_linear import pack_weight, packing_supported, unpack_linears
 from rlvr.rollout.cpu.timings import cached_timings, source_digest
 
@@ -58,7 +67,8 @@ def _concat_bias(*linears: nn.Linear) -> Tensor | None:
 
 
 def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
-    """Whether :class:`FusedDecoder` can run ``model`` (an HF causal LM), and why not in words (kernels not built)."""
+    """Whether :class:`FusedDecoder` can run ``model`` (an HF causal LM, bf16 or fp32 parameters), and why not in
+    words (kernels not built)."""
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -77,9 +87,26 @@ def fused_decode_supported(model: nn.Module) -> tuple[bool, str]:
     if heads % kv_heads or heads // kv_heads > MAX_GROUPS:
         return False, (f"{heads} query heads over {kv_heads} KV heads: the attention kernel takes whole groups of at "
                        f"most {MAX_GROUPS}")
+    dtype = _parameter_dtype(model)
+    if dtype == torch.float32:
+        head_dim = _head_dim(config)
+        if head_dim % 8:
+            return False, f"head size {head_dim} is not a multiple of 8 (the fp32 attention kernel's vectors)"
+        return avx2_supported()
     if not packing_supported(model):
-        return False, "parameters not bf16 on a CPU with native bf16"
+        return False, "parameters neither fp32 nor bf16 on a CPU with native bf16"
     return True, ""
+
+
+def _head_dim(config) -> int:
+    """The attention head size of an HF config: ``head_dim`` where set, else hidden size / query heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _parameter_dtype(model: nn.Module) -> torch.dtype | None:
+    """The dtype of all of ``model``'s parameters, all on the CPU; None where they differ or are elsewhere."""
+    dtypes = {(p.dtype, p.device.type) for p in model.parameters()}
+    return next(iter(dtypes))[0] if len(dtypes) == 1 and next(iter(dtypes))[1] == "cpu" else None
 
 
 def pack_amx(weights: list[Tensor], kernels: ModuleType) -> Tensor:
@@ -195,6 +222,28 @@ class _Projection:
         return _linear(x, self.packed, self.bias, "none", [], "")
 
 
+FP32_GEMM_KERNELS = ("fp32_linear", "torch")
+"""The fp32 decode step's GEMM kernels: ``fp32_linears`` (AVX2) and ``F.linear``."""
+
+
+class _Fp32Projection:
+    """One GEMM of the fp32 decode step over one or more linears' own weights, read at every call (no copy, so a
+    changed weight is seen at once): (R, K) -> (R, sum N_i) fp32, through ``fp32_linears`` or per-linear ``F.linear``
+    (their outputs concatenated)."""
+
+    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, gemm: str) -> None:
+        self.linears, self.kernels, self.gemm = linears, kernels, gemm
+
+    def refresh(self) -> None:
+        """Nothing to re-read: every call reads the layers' weights."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.gemm == "torch":
+            outs = [F.linear(x, lin.weight, lin.bias) for lin in self.linears]
+            return outs[0] if len(outs) == 1 else torch.cat(outs, -1)
+        return self.kernels.fp32_linears(x, [lin.weight.detach() for lin in self.linears], _concat_bias(*self.linears))
+
+
 class AmxLinear(nn.Linear):
     """An ``nn.Linear`` of the generation copy (same parameters) whose forward without gradients reads its rows of a
     :class:`_Projection`'s AMX pack: the prefill's GEMMs at the decode kernel's speed, with no second packed copy.
@@ -215,64 +264,72 @@ class AmxLinear(nn.Linear):
 
 @dataclass
 class _Layer:
-    """One decoder layer: its four GEMMs (packed copies made here) and its norm modules (read in place)."""
+    """One decoder layer: its four GEMMs (bf16: packed copies made here) and its norm modules (read in place)."""
 
-    qkv: _Projection
-    o: _Projection
-    gate_up: _Projection
-    down: _Projection
+    qkv: _Projection | _Fp32Projection
+    o: _Projection | _Fp32Projection
+    gate_up: _Projection | _Fp32Projection
+    down: _Projection | _Fp32Projection
     input_norm: nn.Module
     post_norm: nn.Module
 
 
 class FusedDecoder:
-    """The decode step of ``model`` through fused kernels (see the module docstring). The norms and the embedding
-    are read from the model's parameters; the GEMMs from packed copies made here (q/k/v and gate/up stacked), which
-    :meth:`refresh` rebuilds after the parameters change. The model's own linears (only the prefill calls them) stay
-    ``F.linear`` on the plain weights, or read their slice of the packs (:class:`AmxLinear`); packed ones
-    (:class:`rlvr.rollout.cpu.packed_linear.PackedLinear`) go back to plain, their copy would be a second one.
+    """The decode step of ``model`` through fused kernels (see the module docstring), in its parameters' dtype
+    (bf16 or fp32). The norms and the embedding are read from the model's parameters. In bf16 the GEMMs read packed
+    copies made here (q/k/v and gate/up stacked), which :meth:`refresh` rebuilds after the parameters change; the
+    model's own linears (only the prefill calls them) stay ``F.linear`` on the plain weights, or read their slice of
+    the packs (:class:`AmxLinear`); packed ones (:class:`rlvr.rollout.cpu.packed_linear.PackedLinear`) go back to
+    plain, their copy would be a second one. In fp32 the GEMMs read the layers' own weights at every step.
 
     Args:
         model: an HF causal LM for which :func:`fused_decode_supported` holds.
-        kernels: the compiled kernels (:func:`rlvr.rollout.cpu.kernels.decode_kernels`).
-        gemm: the GEMMs' kernel: ``"amx"`` (``amx_linear``), ``"dot"`` (``dot_linear``, AVX512_BF16 dot products) or
-            ``"onednn"``; None = ``"amx"`` where the CPU has AMX, else the faster of the other two as measured on
-            this machine (:func:`measured_decode_gemm`). Projections whose input features are not a multiple of 32
-            use oneDNN.
+        kernels: the compiled kernels of the model's dtype (bf16: :func:`rlvr.rollout.cpu.kernels.decode_kernels`;
+            fp32: :func:`rlvr.rollout.cpu.fp32_decode.fp32_kernels`).
+        gemm: the GEMMs' kernel. bf16: ``"amx"`` (``amx_linear``), ``"dot"`` (``dot_linear``, AVX512_BF16 dot
+            products) or ``"onednn"``; None = ``"amx"`` where the CPU has AMX, else the faster of the other two as
+            measured on this machine (:func:`measured_decode_gemm`); projections whose input features are not a
+            multiple of 32 use oneDNN. fp32: ``"fp32_linear"`` or ``"torch"`` (``F.linear``); None = the faster
+            as measured on this machine (:func:`rlvr.rollout.cpu.fp32_decode.measured_fp32_decode`).
     Raises:
-        ValueError: ``model`` unsupported.
+        ValueError: ``model`` unsupported, or ``gemm`` not one of its dtype's kernels.
     """
 
     def __init__(self, model: nn.Module, kernels: ModuleType, gemm: str | None = None) -> None:
         ok, reason = fused_decode_supported(model)
         if not ok:
             raise ValueError(f"fused decoding does not support this model: {reason}")
-        if gemm is not None and gemm not in GEMM_KERNELS:
-            raise ValueError(f"gemm must be one of {GEMM_KERNELS} or None, got {gemm!r}")
+        self.dtype = _parameter_dtype(model)
+        choices = FP32_GEMM_KERNELS if self.dtype == torch.float32 else GEMM_KERNELS
+        if gemm is not None and gemm not in choices:
+            raise ValueError(f"gemm must be one of {choices} or None for {self.dtype} parameters, got {gemm!r}")
         self.model, self.kernels = model, kernels
         config = model.config
-        if gemm is None:
+        if gemm is None and self.dtype == torch.float32:
+            gemm = "fp32_linear" if measured_fp32_decode(model) is not None else "torch"
+        elif gemm is None:
             if amx_supported() and kernels.amx_permitted():  # the OS lets this process use AMX (Linux 5.16+)
                 gemm = "amx"
             else:
                 gemm = measured_decode_gemm(kernels, 2 * config.intermediate_size, config.hidden_size)
         self.heads = config.num_attention_heads
         self.kv_heads = getattr(config, "num_key_value_heads", None) or self.heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.head_dim = _head_dim(config)
         self.scale = self.head_dim ** -0.5
         self.eps = float(config.rms_norm_eps)
         unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
+        projection = _Fp32Projection if self.dtype == torch.float32 else _Projection
         self.layers = [
-            _Layer(_Projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, gemm),
-                   _Projection((lyr.self_attn.o_proj,), kernels, gemm),
-                   _Projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, gemm),
-                   _Projection((lyr.mlp.down_proj,), kernels, gemm), lyr.input_layernorm, lyr.post_attention_layernorm)
+            _Layer(projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, gemm),
+                   projection((lyr.self_attn.o_proj,), kernels, gemm),
+                   projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, gemm),
+                   projection((lyr.mlp.down_proj,), kernels, gemm), lyr.input_layernorm, lyr.post_attention_layernorm)
             for lyr in model.model.layers]
-        self.lm_head = _Projection((model.lm_head,), kernels, gemm)
+        self.lm_head = projection((model.lm_head,), kernels, gemm)
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Re-pack every GEMM's weights from the model's parameters (after a weight sync)."""
+        """Re-pack every GEMM's weights from the model's parameters (after a weight sync; a no-op in fp32)."""
         for layer in self.layers:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
                 projection.refresh()
@@ -297,7 +354,7 @@ class FusedDecoder:
         prompt_len, own_len = _blocks_of_16(p), _blocks_of_16(max(capacity - p, 1))
         prompt_keys, prompt_values, own_keys, own_values = [], [], [], []
         for layer in prefilled.layers:
-            keys = layer.keys.to(torch.bfloat16).new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
+            keys = layer.keys.to(self.dtype).new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
             keys[:, :, :p] = layer.keys
             values = keys.new_zeros((u, self.kv_heads, prompt_len, self.head_dim))
             values[:, :, :p] = layer.values
@@ -308,7 +365,7 @@ class FusedDecoder:
         prompt_bias = torch.full((u, prompt_len), float("-inf"))  # 0 = attend, -inf = left padding or unused
         prompt_bias[:, :p].masked_fill_(prompt_mask.bool(), 0.0)
         positions = torch.arange(int(prompt_mask.long().sum(-1).max()) + own_len + 1)
-        cos, sin = self.model.model.rotary_emb(torch.empty(0, dtype=torch.bfloat16), positions.unsqueeze(0))
+        cos, sin = self.model.model.rotary_emb(torch.empty(0, dtype=self.dtype), positions.unsqueeze(0))
         return DecodeState(prompt_keys, prompt_values, prompt_bias, own_keys, own_values,
                            torch.zeros((rows, own_len)), cos[0].contiguous(), sin[0].contiguous())
 
@@ -322,8 +379,10 @@ class FusedDecoder:
             rows: (A,) long, increasing: the rows of ``state`` these are (the ones still running; the others'
                 caches are left as they are and cost nothing); None = all R rows.
         Returns:
-            (A, V) bf16 logits for the token after ``tokens``. Each row's are the same bits whichever other rows
-            run with it (every kernel computes a row on its own).
+            (A, V) logits (the parameters' dtype) for the token after ``tokens``. With rlvr's GEMM kernels
+            (``amx``, ``dot``, ``fp32_linear``) each row's are the same bits whichever other rows run with it (every
+            kernel computes a row on its own); oneDNN and ``F.linear`` may order a row's sums by the row count
+            (last-bit differences).
         Raises:
             ValueError: the rows' caches are full.
         """
@@ -332,7 +391,7 @@ class FusedDecoder:
         if column >= state.own_bias.shape[1]:
             raise ValueError(f"KV cache capacity {state.own_bias.shape[1]} new positions exceeded")
         positions = positions.contiguous()
-        hidden = self.model.model.embed_tokens(tokens)  # (R, D) bf16, a new tensor (updated in place below)
+        hidden = self.model.model.embed_tokens(tokens)  # (R, D), a new tensor (updated in place below)
         delta = None
         for index, layer in enumerate(self.layers):
             normed = k.add_rms_norm(hidden, delta, layer.input_norm.weight, self.eps)
@@ -351,7 +410,7 @@ class FusedDecoder:
         draws them), in one pass of a kernel instead of ~10 ops over (R, V) fp32 copies.
 
         Args:
-            logits: (R, V) bf16. temperature: > 0.
+            logits: (R, V) in the parameters' dtype. temperature: > 0.
         Returns:
             tokens (R,) long and log-probs (R,) fp32 (nats, under softmax(logits / temperature)).
         """
@@ -361,11 +420,11 @@ class FusedDecoder:
 
 @dataclass
 class DecodeState:
-    """The running decode's cache, per layer, in bf16: the U prompts' keys (U, H_kv, P' / 16, d, 16: transposed in
-    blocks of 16 positions) and values (U, H_kv, P', d), P' = P rounded up to 16, with prompt_bias (U, P') fp32 added
-    to the scores (0, or -inf on left padding and the round-up); each row's own keys (R, H_kv, T' / 16, d, 16) and
-    values (R, H_kv, T', d) for its new tokens, own_bias (R, T') (zeros); the RoPE tables (positions, d) bf16;
-    ``length`` own positions filled."""
+    """The running decode's cache, per layer, in the parameters' dtype (bf16 or fp32): the U prompts' keys
+    (U, H_kv, P' / 16, d, 16: transposed in blocks of 16 positions) and values (U, H_kv, P', d), P' = P rounded up
+    to 16, with prompt_bias (U, P') fp32 added to the scores (0, or -inf on left padding and the round-up); each
+    row's own keys (R, H_kv, T' / 16, d, 16) and values (R, H_kv, T', d) for its new tokens, own_bias (R, T') fp32
+    (zeros); the RoPE tables (positions, d); ``length`` own positions filled."""
 
     prompt_keys: list[Tensor]
     prompt_values: list[Tensor]
@@ -389,8 +448,8 @@ def _blocked_transpose(keys: Tensor) -> Tensor:
 
 
 def build_fused_decoder(model: nn.Module) -> FusedDecoder | None:
-    """A :class:`FusedDecoder` for ``model`` where it is supported and the kernels build, else None."""
+    """A :class:`FusedDecoder` for ``model`` (bf16 or fp32) where it is supported and the kernels build, else None."""
     if not fused_decode_supported(model)[0]:
         return None
-    kernels = decode_kernels()
+    kernels = fp32_kernels() if _parameter_dtype(model) == torch.float32 else decode_kernels()
     return FusedDecoder(model, kernels) if kernels is not None else None

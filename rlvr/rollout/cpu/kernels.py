@@ -1,7 +1,7 @@
 """Building and loading rlvr's CPU kernels: ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
 :mod:`rlvr.rollout.cpu.fused_decode`) and, through :func:`build_kernels`, the trainer's log-prob kernels
 (:mod:`rlvr.models.cpu_logprobs`), both AVX-512 and including ``avx512.h`` (shared vector helpers); and the AVX2 fp32
-decode GEMM (:mod:`rlvr.rollout.cpu.fp32_decode`).
+decode kernels (:mod:`rlvr.rollout.cpu.fp32_decode`: the GEMM and the fused fp32 step's kernels).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``,
@@ -30,7 +30,7 @@ CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512d
 """-fopenmp: ``at::parallel_for`` splits work over torch's own OpenMP threads (the same libgomp torch loads). The AMX
 and AVX512_BF16 instructions are compiled in but only run where the CPU has them (:func:`amx_supported`)."""
 AVX2_CFLAGS = ["-O3", "-fopenmp", "-mavx2", "-mfma"]
-"""The fp32 decode kernel's build (``fp32_linear.cpp``): any x86 CPU torch runs AVX2 kernels on."""
+"""The fp32 decode kernels' build (``fp32_decode_kernels.cpp``): any x86 CPU torch runs AVX2 kernels on."""
 
 
 def amx_supported() -> bool:
@@ -51,7 +51,7 @@ def avx2_supported() -> tuple[bool, str]:
     """Whether this CPU runs the AVX2 + FMA build (:data:`AVX2_CFLAGS`), and why not in words."""
     capability = torch.backends.cpu.get_cpu_capability()
     if not capability.startswith(("AVX2", "AVX512")):
-        return False, f"torch runs {capability} kernels, the fp32 decode kernel is built for AVX2"
+        return False, f"torch runs {capability} kernels, the fp32 decode kernels are built for AVX2"
     return True, ""
 
 
