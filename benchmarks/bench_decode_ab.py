@@ -9,8 +9,15 @@ through :mod:`rlvr.rollout.cpu.fused_decode`'s kernels); ``decode_gqa`` the same
 ``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights; ``decode_fused_onednn`` the fused step
 with its GEMMs through oneDNN (``decode_fused`` takes the kernel it measures fastest: ``amx_linear`` with AMX, else
 ``dot_linear`` or oneDNN);
-``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. All
-variants run on bf16 generation copies of the embedded SmolLM2-135M, with the same prompts and seed per repetition;
+``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. These
+variants run on bf16 generation copies of the embedded SmolLM2-135M. In fp32 (the engine's path where generation runs
+in fp32, on the policy itself): ``fp32_fused``, the fused step in fp32 (AVX2 kernels of
+:mod:`rlvr.rollout.cpu.fp32_decode`), and ``fp32_modules``, transformers' modules with their linear layers through
+the AVX2 GEMM where it measures faster (the path for other architectures):
+
+    python benchmarks/bench_decode_ab.py --variants fp32_fused,fp32_modules --threads 2
+
+All variants use the same prompts and seed per repetition;
 eos is not suppressed, so each run reports seconds per decode step (steps = the longest sample). Printed: per variant
 the median seconds per decode step and per rollout, the 1-minute load average, and whether the
 variants sampled the same tokens (same seed).
@@ -23,6 +30,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -33,6 +41,7 @@ from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
 
 from rlvr.models.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
+from rlvr.rollout.cpu.fp32_decode import fp32_decode_linears, measured_fp32_decode  # noqa: E402
 from rlvr.rollout.cpu.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported  # noqa: E402
 from rlvr.rollout.cpu.kernels import decode_kernels  # noqa: E402
 from rlvr.rollout.cpu.packed_linear import pack_linears, packing_supported  # noqa: E402
@@ -86,7 +95,7 @@ def main() -> None:
                       "verifiers": [{"name": "math"}]})
     path = resolve_model_path(recipe.model.name)
     tok = load_tokenizer(path, recipe.model)
-    model = load_causal_lm(path, recipe.model)
+    model = load_causal_lm(path, recipe.model).eval()
     eos = eos_token_ids(model, tok)
     gen_sdpa = _low_precision_copy(model, torch.bfloat16)
     gen_sdpa.config._attn_implementation = "sdpa"  # the copy defaults to the GQA attention now
@@ -106,6 +115,12 @@ def main() -> None:
     if "decode_fused_onednn" in args.variants and fused_onednn is None:
         raise SystemExit("decode_fused_onednn: the fused step is not available here")
     gen_unpacked = _low_precision_copy(model, torch.bfloat16)  # F.linear on the plain bf16 weights
+    fp32_fused = build_fused_decoder(model) if "fp32_fused" in args.variants else None
+    if "fp32_fused" in args.variants and fp32_fused is None:
+        raise SystemExit(f"fp32_fused: not available here ({fused_decode_supported(model)[1] or 'kernels'})")
+    gen_fp32 = _low_precision_copy(model, torch.float32)  # the same weights, with the GQA attention as the policy's
+    fp32_gemm = measured_fp32_decode(gen_fp32) if "fp32_modules" in args.variants else None
+    fp32_linears = (lambda: fp32_decode_linears(gen_fp32, fp32_gemm)) if fp32_gemm is not None else nullcontext
     prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
                                        add_generation_prompt=True, tokenize=True, return_dict=False)
                for q in QUESTIONS[:args.prompts]]
@@ -128,8 +143,17 @@ def main() -> None:
                                                      max_new_tokens=args.max_new_tokens, temperature=1.0, top_k=0,
                                                      top_p=1.0, eos_ids=eos, pad_id=tok.pad_token_id,
                                                      fused=fused_onednn),
+        "fp32_fused": lambda: decode.sample(model, ids, mask, args.n, max_new_tokens=args.max_new_tokens,
+                                            temperature=1.0, top_k=0, top_p=1.0, eos_ids=eos,
+                                            pad_id=tok.pad_token_id, fused=fp32_fused),
+        "fp32_modules": lambda: _within(fp32_linears, lambda: decode.sample(
+            gen_fp32, ids, mask, args.n, max_new_tokens=args.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
+            eos_ids=eos, pad_id=tok.pad_token_id)),
     }
     names = args.variants.split(",")
+    unknown = sorted(set(names) - set(variants))
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; expected some of {sorted(variants)}")
     per_step: dict[str, list[float]] = {k: [] for k in names}
     per_run: dict[str, list[float]] = {k: [] for k in names}
     loads, same = [], []
@@ -155,15 +179,24 @@ def main() -> None:
             for name in names[1:]:
                 t = min(ref.shape[1], toks[name].shape[1])
                 same.append(bool((ref[:, :t] == toks[name][:, :t]).all()))
-    # the bandwidth floor of a decode step: every weight read once (bf16), at the read rate of this process
+    # the bandwidth floor of a decode step: every weight read once (2 bytes in bf16, 4 in fp32), at the read rate
+    # of this process
     floor_s = sum(p.numel() for p in model.parameters()) * 2 / read_bandwidth_bytes_per_s()
-    print(f"weight-read floor {floor_s * 1000:.1f} ms/decode step ({args.threads} threads)")
+    print(f"weight-read floor {floor_s * 1000:.1f} ms/decode step in bf16, {2 * floor_s * 1000:.1f} in fp32 "
+          f"({args.threads} threads)")
     for name in names:
+        floor = 2 * floor_s if name.startswith("fp32") else floor_s
         print(f"{name}: median {statistics.median(per_step[name]) * 1000:.1f} ms/decode step "
-              f"({statistics.median(per_step[name]) / floor_s:.1f}x the floor), "
+              f"({statistics.median(per_step[name]) / floor:.1f}x the floor), "
               f"{statistics.median(per_run[name]):.2f} s/rollout ({args.prompts} x {args.n} x <= "
               f"{args.max_new_tokens})")
     print(f"load 1-min median {statistics.median(loads):.1f}; identical tokens across variants: {same}")
+
+
+def _within(context, call):
+    """``call()`` inside ``context()``."""
+    with context():
+        return call()
 
 
 if __name__ == "__main__":

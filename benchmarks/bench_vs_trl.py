@@ -278,7 +278,7 @@ def main() -> None:
                "matmul_flops_per_s": {"bf16": matmul_flops_per_s(torch.bfloat16),
                                       "fp32": matmul_flops_per_s(torch.float32)},
                "read_bytes_per_s": read_bandwidth_bytes_per_s(), "load_1m_at_start": os.getloadavg()[0],
-               "steps_per_run": args.steps}
+               "steps_per_run": args.steps, "measured_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(f"machine: {json.dumps(machine)}", flush=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     cache = cache_dir()

@@ -350,24 +350,34 @@ Every figure names its CPU; the commit is the one that recorded it, where known.
 `grep -o 'avx512_bf16\|amx_bf16\|avx2' /proc/cpuinfo | sort -u`. New reports are stamped with date, commit and CPU
 by `benchmarks/machine.py`.
 
-### This benchmark on a CPU with AVX2 only (5681300, 2026-12-02)
+### This benchmark on a CPU with AVX2 only (dfd4aaa, 2026-12-02)
 
 `python benchmarks/bench_vs_trl.py --models smollm2,tiny --pairs smollm2=2,tiny=1 --steps 5 --threads 2 --out OUT
---results-dir DIR` on an AMD EPYC with AVX2 and no AVX-512 (2 cores, load 1.4 at the start, 1.7-2.3 during the
-runs; raw data `benchmarks/results/vs_trl_avx2_raw.json`). `auto` is fp32 on both sides there (bf16 matmul 1.2
-GFLOP/s, fp32 165 GFLOP/s, read 24.0 GB/s), so no autocast and no bf16 generation copy: rlvr decodes with the fp32
-policy and its AVX2 decode GEMM (`rlvr/rollout/cpu/fp32_decode.py`). Fewer pairs and steps than the run at the top
-(2 pairs of 4 timed steps).
+--results-dir DIR` on an AMD EPYC with AVX2 and no AVX-512 (2 cores, load 1.2 at the start, 1.8-2.1 during the
+runs; raw data `benchmarks/results/vs_trl_avx2_raw.json`). `auto` is fp32 on both sides there (bf16 matmul 1.3
+GFLOP/s, fp32 157 GFLOP/s, read 22.7 GB/s), so no autocast and no bf16 generation copy: rlvr decodes with the fp32
+policy through its fused fp32 decode step (`rlvr/rollout/cpu/fused_decode.py` over the AVX2 kernels of
+`fp32_decode_kernels.cpp`). Fewer pairs and steps than the run at the top (2 pairs of 4 timed steps). The row
+before it is the same command at 5681300, when fp32 decoding went through transformers' modules with only the
+linear layers on the AVX2 GEMM (load 1.4 at the start, 1.7-2.3 during).
 
-| model | rlvr step s (generation, training) | TRL step s (generation, training) | ratio (per pair) |
+| model, code | rlvr step s (generation, training) | TRL step s (generation, training) | ratio (per pair) |
 | --- | --- | --- | --- |
-| SmolLM2-135M | 26.3 (12.2, 14.0) | 58.7 (25.9, 33.5) | **0.48** (0.55, 0.41) |
-| tiny Qwen2-shaped | 2.69 (0.89, 1.79) | 8.73 (3.19, 5.53) | 0.31 |
+| SmolLM2-135M, dfd4aaa | 25.0 (8.06, 16.7) | 58.1 (25.0, 33.7) | **0.43** (0.38, 0.47) |
+| SmolLM2-135M, 5681300 | 26.3 (12.2, 14.0) | 58.7 (25.9, 33.5) | 0.48 (0.55, 0.41) |
+| tiny Qwen2-shaped, dfd4aaa | 2.68 (0.42, 2.20) | 11.5 (3.94, 7.44) | 0.23 |
+| tiny Qwen2-shaped, 5681300 | 2.69 (0.89, 1.79) | 8.73 (3.19, 5.53) | 0.31 |
 
-rlvr's training is 1.8x its FLOP floor there (TRL 4.6x); its generation, ~115 ms a decode step at 16 rows against a
-~23 ms fp32 weight-read floor, is what keeps the ratio at about half: after the GEMMs (~57 ms a step) come torch's
-CPU flash attention over the cache (~16 ms a step for 30 small calls) and transformers' small element-wise ops.
-The fused decode step of the AVX-512 CPUs has no AVX2 fp32 counterpart yet.
+Generation went from 12.2 to 8.1 s a step (2.7x its floor, TRL 8.2x): alternated in one process on the same CPU,
+a decode step at 16 rows is 45.9 ms fused against 92.6 ms through transformers' modules (`bench_decode_ab.py`,
+[performance.md](../docs/performance.md)). Training is now two thirds of rlvr's step, at 2.0x its FLOP floor (TRL
+4.4x); the samples of these runs were longer than at 5681300 (1527 completion tokens a step against TRL's 1382),
+which is why its seconds rose. A profile of one update of this benchmark's shape there (`python
+benchmarks/profile_update.py --shape vs_trl --precision fp32 --micro-batch 16 --threads 2`, load 1.2): 11.4 s
+against a 6.4 s floor (1.78x); GEMMs 64% of op time at 143 GFLOP/s, element-wise ops 20% (`aten::mul` alone 1.6 s
+over 2,027 calls: RMSNorm, RoPE and SwiGLU forward and backward on (rows, hidden) fp32 tensors), casts and copies
+8%, the log-prob through torch's ops 3% (its AVX-512 kernel does not build there), attention 1%. The next lever on
+such CPUs is fusing RMSNorm, RoPE and SwiGLU in the training forward and backward.
 
 ### The CPU demo (`make demo`, `recipes/demo.yaml`)
 
@@ -387,8 +397,14 @@ the last row is a CPU that has AVX2 and no AVX-512.
 | the same, 1 torch thread, the other core busy (4683045, 2026-12-01) | fp32 | 1337 s | 4.5 GB | 0.402 -> 0.951 |
 | the same EPYC, 2 torch threads (the default), quiet; packed rows, log-prob kernels, `dot_linear`, one-rank step (4c87ae5, 2026-12-02) | bf16 | 373 s (385 s with start-up) | 5.0 GB | 0.396 ± 0.027 -> 0.932 ± 0.017 (16.8) |
 | AMD EPYC with AVX2 only (no AVX-512), 2 cores, 2 torch threads, quiet (6c072eb, 2026-12-02) | fp32 (no native bf16: not measured) | 814 s (834 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
+| the same EPYC (AVX2 only), 2 torch threads, quiet; fused fp32 decode step (dfd4aaa, 2026-12-02) | fp32 (no native bf16: not measured) | 433 s (444 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 
-- On the AVX2-only EPYC (a CPU without AVX-512, not capped): median step 21.7 s (rollout 5.4 s, update 16.1 s),
+- On the AVX2-only EPYC at dfd4aaa: median step 11.8 s (rollout 2.3 s, update 9.4 s), evals 29.5 s and 26.4 s,
+  765 s user + 65 s system CPU. The update stage was not changed between the two rows, yet it took 9.4 s against
+  16.1 s: the machine's state differed between those sessions. Run back to back in one session (6 steps each,
+  2026-12-02, dfd4aaa), the fused fp32 decode step against the linear-layer kernel alone: rollout 2.2-2.4 s vs
+  2.7-5.1 s a step, update 9.0-12.0 s vs 8.8-11.4 s, evals 29.4 + 26.2 s vs 41.8 + 35.6 s.
+- On the AVX2-only EPYC (a CPU without AVX-512, not capped) at 6c072eb: median step 21.7 s (rollout 5.4 s, update 16.1 s),
   evals 87.5 s and 53.5 s, 1475 s user + 101 s system CPU. Forced bf16 was not run there: torch multiplied bf16 at
   1.2 GFLOP/s against fp32's 165 GFLOP/s in the same session (bench_vs_trl's matmul measurement, 2 threads), so each
   update would take over 100x longer. This run predates the fp32 decode kernel (cd7ae16), whose effect on the
@@ -542,7 +558,7 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
     cpu = machine["cpu"]
     lines = ["# rlvr vs TRL `GRPOTrainer`: step time, memory and the machine's floor", "",
              f"Written by `python benchmarks/bench_vs_trl.py {' '.join(argv)}`".rstrip() + " on "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+             f"{machine.get('measured_utc') or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
              + (": with `--reuse`, so finished runs of the same spec from earlier invocations (same code, same "
                 "settings, one pair added per invocation) were read back; the machine figures are this invocation's."
                 if "--reuse" in argv else ": every number above \"Other measurements\" comes from that one invocation.")
@@ -558,8 +574,11 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "each run's is in its table.",
               f"- Precision: **{machine['precision']}** on both sides (the benchmark's `--precision auto`: bf16 where "
               "the CPU has AVX-512 bf16 or AMX, else fp32; the matmul rates under \"The machine's limit\" show which "
-              "is faster here): fp32 master weights, bf16 autocast for the training forwards; generation from bf16 "
-              "weights on rlvr's side, under autocast on TRL's.",
+              "is faster here): "
+              + ("fp32 master weights, bf16 autocast for the training forwards; generation from bf16 weights on "
+                 "rlvr's side, under autocast on TRL's." if machine["precision"] == "bf16" else
+                 "fp32 throughout, no autocast; both sides generate with the fp32 policy itself (rlvr through its "
+                 "fused fp32 decode step, `rlvr/rollout/cpu/fused_decode.py`)."),
               f"- torch threads: {machine['threads']} on both sides (`--threads`, default: every core). On cores "
               "shared with other jobs, fewer threads than cores is the fairer setting: OpenMP threads wait on each "
               "other when one is descheduled (on these 2 cores at load 7-11, a tiny-model step took 47-92 s at 2 "
@@ -574,8 +593,8 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "within \\boxed{}.\", the model's chat template. Each side draws its own shuffled order.",
               "- Runs alternate rlvr / TRL, the first side swapped every pair, so background load hits both; the "
               f"first of the {steps} steps of every run is a warm-up and not counted."
-              + (f" **Only {steps - 1} timed steps per run** (the design calls for >= 5): at the load during that run a "
-                 "SmolLM2 step took 3-5 minutes, and a 6-step pair would not have fitted in the time left."
+              + (f" **Only {steps - 1} timed steps per run** (`--steps {steps}`): a step's time moves with its "
+                 "samples' lengths, so medians of so few steps move with them."
                  if steps - 1 < 5 else ""),
               "- Stages. rlvr: its own timers (generation = `rollout`, scoring = `reward`, training = `advantages` + "
               "`update` + `sync`). TRL: its `profiling_context` blocks (generation = `transformers.generate`, "
@@ -602,7 +621,8 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               f"tensor); load average {machine['load_1m_at_start']:.1f} when measured.", "",
               "Floor of a step from its own token counts: generation 2 x params x tokens, training (forward + "
               "backward) 6 x params x tokens, a group's shared prompt counted once, at the matmul rate above; "
-              "decoding also cannot beat reading every weight once per decode step (bf16: 2 bytes/param) at the read "
+              "decoding also cannot beat reading every weight once per decode step (2 bytes a parameter in bf16, 4 in "
+              "fp32) at the read "
               "bandwidth, and the generation floor is the larger of the two (roofline). No no-grad forward is "
               "needed (one PPO epoch, no KL).", ""]
     for name, summ in summaries.items():
