@@ -5,7 +5,8 @@ attention code of an older revision against this tree's, alternated in one proce
     python benchmarks/bench_update_ab.py --old-rev REV --shape demo --before-micro-batch 16 --micro-batch 64 --reps 4
 
 ``before`` runs ``rlvr/models/logprobs.py`` and ``rlvr/models/attention.py`` as they were at ``REV`` (read with
-``git show``) with ``--before-micro-batch`` rows per forward; ``after`` runs this tree's with ``--micro-batch``. Both
+``git show``) with ``--before-micro-batch`` rows per forward, and the modules' RMSNorm / SwiGLU kernels only if
+``REV`` had them (``rlvr/models/cpu_fused_layers.py``); ``after`` runs this tree's with ``--micro-batch``. Both
 take the same random ids of a real step's shapes (:data:`SHAPES`), the same token-weighted loss and an AdamW step at
 learning rate 0 (the same work, and the weights stay as they are, so every repetition computes the same thing).
 Prints each repetition, the medians, the per-pair ratio after / before and the 1-minute load average, with the CPU.
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -90,16 +92,33 @@ def run_update(model: torch.nn.Module, logprobs: ModuleType, batch: UpdateBatch,
 
 
 def load_model() -> torch.nn.Module:
-    """The embedded SmolLM2-135M-Instruct as the trainer loads it (fp32), with rlvr's attention."""
+    """The embedded SmolLM2-135M-Instruct as the trainer loads it on a CPU (fp32), with rlvr's attention and its
+    RMSNorm / SwiGLU kernels (:func:`rlvr.models.cpu_fused_layers.fuse_cpu_layers`) where they build."""
     from rlvr.config import resolve
     from rlvr.models.attention import use_grouped_query_attention
+    from rlvr.models.cpu_fused_layers import fuse_cpu_layers
     from rlvr.models.loading import load_causal_lm, resolve_model_path
 
     recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
                       "data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]})
     model = load_causal_lm(resolve_model_path(recipe.model.name), recipe.model)
     use_grouped_query_attention(model)
+    fuse_cpu_layers(model)
     return model
+
+
+def fused_layers_switch(model: torch.nn.Module) -> Callable[[bool], None]:
+    """A switch between the modules' fused forwards (set on the instances by ``fuse_cpu_layers``) and their classes'
+    own: ``switch(False)`` runs transformers' ops, ``switch(True)`` the kernels again."""
+    fused = {module: module.__dict__["forward"] for module in model.modules() if "forward" in module.__dict__}
+
+    def switch(on: bool) -> None:
+        for module, forward in fused.items():
+            if on:
+                module.forward = forward
+            else:
+                module.__dict__.pop("forward", None)
+    return switch
 
 
 def _module_at(rev: str, path: str, name: str, folder: Path) -> ModuleType:
@@ -142,15 +161,19 @@ def main() -> None:
         old_logprobs.GQA_ATTENTION = "rlvr_gqa_before"
 
     model = load_model()
+    fused_layers = fused_layers_switch(model)
+    before_fused = subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:rlvr/models/cpu_fused_layers.py"],
+                                  cwd=ROOT, capture_output=True).returncode == 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     dtype = torch.bfloat16 if args.precision == "bf16" else None
     batch = make_batch(args.shape)
-    variants = {"before": (old_logprobs, "rlvr_gqa_before", args.before_micro_batch),
-                "after": (logprobs, attention.GQA_ATTENTION, args.micro_batch)}
+    variants = {"before": (old_logprobs, "rlvr_gqa_before", args.before_micro_batch, before_fused),
+                "after": (logprobs, attention.GQA_ATTENTION, args.micro_batch, True)}
 
     def run(name: str) -> float:
-        module, attn, micro_batch = variants[name]
+        module, attn, micro_batch, fused = variants[name]
         model.config._attn_implementation = attn
+        fused_layers(fused)
         t0 = time.perf_counter()
         run_update(model, module, batch, micro_batch, dtype, optimizer)
         return time.perf_counter() - t0
@@ -165,11 +188,11 @@ def main() -> None:
             loads.append(os.getloadavg()[0])
             print(f"rep {rep} {name}: {times[name][-1]:.2f} s, load {loads[-1]:.1f}", flush=True)
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
-    gap = logprob_gap(model, variants, batch, dtype)
+    gap = logprob_gap(model, variants, batch, dtype, fused_layers)
     u, g, p, (t_min, t_max) = SHAPES[args.shape]
     print(f"{stamp()}; {args.threads} thread(s), {args.precision}; shape {args.shape}: {u} x {g} rows, P={p}, "
           f"T={t_min}-{t_max}, {batch.tokens} tokens")
-    for name, (_, _, micro_batch) in variants.items():
+    for name, (_, _, micro_batch, _) in variants.items():
         print(f"{name} ({'rev ' + args.old_rev if name == 'before' else 'this tree'}, micro-batch {micro_batch}): "
               f"median {statistics.median(times[name]):.2f} s an update")
     print(f"after / before per repetition: {', '.join(f'{r:.2f}' for r in ratios)}; median "
@@ -178,8 +201,8 @@ def main() -> None:
         print(f"log-probs of the real tokens, {name}: max |difference| {worst:.2e}, mean {mean:.2e} nats")
 
 
-def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch,
-                autocast_dtype: torch.dtype | None) -> dict[str, tuple[float, float]]:
+def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch, autocast_dtype: torch.dtype | None,
+                fused_layers: Callable[[bool], None]) -> dict[str, tuple[float, float]]:
     """Max and mean |difference| of the batch's response log-probs (all rows in one micro-batch, no grad): after vs
     before, and each against the before code in fp32 (what rounding alone moves; random ids make high-entropy
     predictions, so bf16 moves them more than real text would)."""
@@ -187,8 +210,9 @@ def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch,
     real = batch.response_mask.bool()
 
     def logprobs(name: str, dtype: torch.dtype | None) -> torch.Tensor:
-        module, attn, _ = variants[name]
+        module, attn, _, fused = variants[name]
         model.config._attn_implementation = attn
+        fused_layers(fused)
         with torch.no_grad():
             lp, _ = module.shared_prefix_logprobs(model, batch.prompt_ids, batch.prompt_mask, torch.arange(n) // g,
                                                   batch.response_ids, batch.response_mask, autocast_dtype=dtype)

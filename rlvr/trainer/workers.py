@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from rlvr.models.attention import use_grouped_query_attention
+from rlvr.models.cpu_fused_layers import fuse_cpu_layers
 from rlvr.models.logprobs import response_logprobs, shared_prefix_logprobs
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.distributed import DistInfo, all_reduce_max
@@ -54,6 +55,9 @@ class ModelWorker:
         # rlvr's GQA attention where the model runs transformers' SDPA: the same math without copying keys/values
         # per query head, and on CPU a training attention twice as fast as torch's flash kernel (rlvr.models.attention)
         use_grouped_query_attention(model)
+        # on a CPU, RMSNorm and SwiGLU as one kernel pass each way instead of 4-10 torch ops (cpu_fused_layers)
+        if dist.device.type == "cpu":
+            fuse_cpu_layers(model)
         self.engine = engine
         self.dist = dist
         self.plan = plan

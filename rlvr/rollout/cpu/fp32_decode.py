@@ -30,6 +30,7 @@ from rlvr.rollout.cpu.kernels import AVX2_CFLAGS, avx2_supported, build_kernels
 from rlvr.rollout.cpu.timings import cached_timings, source_digest
 
 SOURCE = Path(__file__).with_name("fp32_decode_kernels.cpp")
+SOURCES = (SOURCE, SOURCE.with_name("avx2.h"))
 MAX_ROWS = 64
 """Inputs of at most this many rows (a decode step's running samples) take the kernel; larger ones (a prefill)
 keep ``F.linear``, which is compute-bound there and blocks for it."""
@@ -82,7 +83,7 @@ def measured_fp32_decode(model: nn.Module) -> ModuleType | None:
     kernels = fp32_kernels() if weights else None
     if kernels is None:
         return None
-    key = {"version": CACHE_VERSION, "kernel_source": source_digest((SOURCE,)),
+    key = {"version": CACHE_VERSION, "kernel_source": source_digest(SOURCES),
            "shapes": [list(w.shape) for w in weights]}
     seconds, where = cached_timings("fp32-decode", key, ("kernel", "torch"),
                                     lambda: fp32_decode_timings(kernels, weights))

@@ -23,13 +23,11 @@
 
 #include <immintrin.h>
 
+#include "avx2.h"
+
 namespace {
 
-inline float hsum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
+using namespace rlvr_avx2;  // hsum, hmax, exp8, exp1, check_fp32 (avx2.h)
 
 // out[r, j] = sum_k x[r, k] w[j, k] (+ bias[j]) for R <= 4 rows of x and C <= 3 rows of w, all of length k.
 template <int R, int C>
@@ -71,12 +69,6 @@ inline void rows_block(int64_t rows, const float* x, int64_t k, const float* w, 
     case 3: block<3, C>(x + r * k, k, w, k, bias, out + r * n, n, pf); break;
     default: break;
   }
-}
-
-void check_fp32(const torch::Tensor& t, const char* name, int64_t dim) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == dim && t.is_contiguous(), name,
-              ": expected a contiguous ", dim, "-d fp32 CPU tensor, got ", t.scalar_type(), " of shape ", t.sizes(),
-              t.is_contiguous() ? "" : " (not contiguous)");
 }
 
 const float* optional_bias(const c10::optional<torch::Tensor>& bias, int64_t n) {
@@ -133,32 +125,6 @@ torch::Tensor fp32_linear(torch::Tensor x, torch::Tensor weight, c10::optional<t
 }
 
 // ---- the fused step's element-wise and attention kernels ----------------------------------------------------
-
-// exp(x) to ~1e-7 relative: 2^(x log2 e) = 2^n * 2^f, f in [-0.5, 0.5] by a degree-6 polynomial, 2^n built in the
-// exponent bits. Inputs below -87 give exp(-87) (~1.6e-38, kept normal); callers zero masked lanes.
-inline __m256 exp8(__m256 x) {
-  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.0f)), _mm256_set1_ps(-87.0f));
-  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.4426950408889634f));
-  const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_mul_ps(_mm256_sub_ps(t, n), _mm256_set1_ps(0.6931471805599453f));
-  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 120.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 24.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f / 6.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
-  const __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
-}
-
-inline float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
-}
-
-inline float exp1(float x) { return _mm256_cvtss_f32(exp8(_mm256_set1_ps(x))); }
 
 // hidden (R, D) fp32, updated in place to hidden + delta when delta is given (the residual add); returns
 // RMSNorm(hidden) * weight as transformers' LlamaRMSNorm computes it: hidden * rsqrt(mean(hidden^2) + eps) * weight.
