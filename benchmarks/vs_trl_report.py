@@ -306,7 +306,7 @@ before anything is computed).
   segment's gradient once (a slice's backward zero-fills and adds a whole (H, N, d) gradient), and each causal mask
   is built once per forward. `python benchmarks/bench_update_ab.py --old-rev 6e0320a --shape vs_trl --threads 2
   --reps 4`: 4.77 -> 4.44 s an update (0.95x), log-probs identical.
-- **Result** (the invocation at the top, code of 7b09067, with both changes above): rlvr 7.53 s a step (generation
+- **Result** (an invocation at the code of 7b09067, with both changes above): rlvr 7.53 s a step (generation
   2.71 s, 2.5x its floor; training 4.78 s, 1.8x); TRL 33.1 s; ratio **0.23** (0.22, 0.23, 0.23). The machine was
   quieter than in the earlier invocations (load 1.2-2.0), and TRL's step fell the most with it (33.1 s against
   38.4-47.4 s). Against any of TRL's medians on this CPU the ratio is 0.16-0.23, but in one invocation it is 0.23:
@@ -314,8 +314,8 @@ before anything is computed).
 - After that run: **ended rows leave the decode batch.** `FusedDecoder.step` takes the indices of the rows still
   running and the attention kernel writes and reads only their caches, so a step's GEMMs, attention and output layer
   shrink as samples end (each row's logits are the same bits either way; tested). In this benchmark's worker (4
-  steps, 2 threads, the same tokens sampled as before) the rollout went from ~2.5 s to 2.0-2.4 s; not yet measured
-  in an invocation of this benchmark. And the decode GEMM's choice between `dot_linear` and oneDNN is cached per
+  steps, 2 threads, the same tokens sampled as before) the rollout went from ~2.5 s to 2.0-2.4 s (in the invocation
+  at the top, see the next section). And the decode GEMM's choice between `dot_linear` and oneDNN is cached per
   machine (`<rlvr cache>/decode-gemm-<hash>.json`, keyed like the precision measurement and by the kernels' source),
   so two runs on one machine pick the same kernel and the same seed samples the same tokens.
 - Left: the tied embedding's dense fp32 gradient (a 113 MB zero-fill an update, ~0.15 s); the update inside the
@@ -323,6 +323,27 @@ before anything is computed).
   there: page faults on freshly allocated buffers; an allocator that keeps freed memory, tcmalloc through
   `LD_PRELOAD`, took ~8% off the update but is not something a pip install can ship); one attention kernel for the
   packed segments (~0.4 s of the update in torch's small ops).
+
+### RMSNorm and SwiGLU as kernels; the result (AMD EPYC, AVX512_BF16, no AMX, 2 threads; 2026-12-03)
+
+- **RMSNorm and SwiGLU, one kernel pass each way** (`rlvr/models/cpu_fused_layers.cpp`, AVX2 + FMA, so for both
+  CPU kinds): the trainer's RMSNorm and MLP modules (Llama, Mistral, Qwen2/3) run `weight * (x * rsqrt(mean(x²) +
+  eps))` and `silu(gate) * up` forward and backward as one pass over their inputs each, where transformers' modules
+  make 4-10 torch ops, each a pass over a fresh buffer. RMSNorm keeps the fp32 formula (log-probs within 3.3e-5 nats
+  of before in fp32); SwiGLU's bf16 output is rounded once instead of twice (the same 0.039-nat gap of bf16 to fp32
+  as before). `python benchmarks/bench_update_ab.py --old-rev 256df18 --shape vs_trl --threads 2 --reps 4` (load
+  1.7-1.9): bf16 3.36 -> 3.30 s an update (0.86, 0.96, 1.09, 1.01: within noise), fp32 9.23 -> 8.74 s (0.85, 0.92,
+  0.97, 0.99: **0.95x**). Element-wise ops are now 4% of the bf16 update under the profiler (GEMMs 64%, at 430 of the
+  778 GFLOP/s the machine's bf16 matmul reaches).
+- **Result** (the invocation at the top, code of 7b3990c: the changes of this and the previous section): rlvr 6.84 s a
+  step (generation 2.46 s, 2.4x its floor; training 4.05 s, 2.7x), TRL 36.6 s, ratio **0.18** (0.19, 0.18, 0.17):
+  every pair below 0.2. This EPYC has the flags of the one above but a faster bf16 matmul (778 against 439 GFLOP/s
+  at 2 threads, so the training floor is lower and the same update is a larger multiple of it); TRL's step here
+  (36.6 s) is within the 33-47 s it took there.
+- Left: inside the trainer the update is slower per token than `bench_update_ab.py`'s (in the invocation's worker
+  2.4-5.6 s for 0.9-1.7k tokens, 2.6-3.5 ms a token, against 2.2 ms at 1,493 tokens there), though a profile of one
+  trainer update shows the same ops at the same cost (GEMMs 2.3 s); the GEMMs themselves at ~55% of the measured
+  bf16 matmul rate (backward GEMMs over transposed operands, the attention's 3,240 small batched matmuls).
 
 ## Earlier runs of this benchmark
 
@@ -333,6 +354,9 @@ Then (fdf9470, 2026-12-02: packed rows, before the kernels of the section above)
 (generation 4.73, training 6.63: 2.4x its floor), TRL 40.5 s, ratio **0.30** (0.32, 0.27, 0.30); the tiny model 0.19.
 Then (4c87ae5, 2026-12-02: the decode GEMMs, log-prob kernels and one-rank optimizer step), load 1.6-2.1: rlvr
 10.4 s (generation 3.80, training 6.60: 2.3x its floor), TRL 47.4 s, ratio **0.22** (0.21, 0.22, 0.23).
+Then (7b09067, 2026-12-02 19:44 UTC: the decode GEMM's prefetch and segment-split attention; bf16 matmul 439 GFLOP/s,
+fp32 205, read 31.3 GB/s), load 1.2-2.0: rlvr 7.53 s (generation 2.71: 2.5x its floor; training 4.78: 1.8x), TRL
+33.1 s, ratio **0.23** (0.22, 0.23, 0.23); the tiny model 0.06.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
