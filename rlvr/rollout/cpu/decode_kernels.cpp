@@ -20,10 +20,12 @@
 #include <unistd.h>
 
 #include "avx512.h"
+#include "decode_common.h"
 
 namespace {
 
 using namespace rlvr_avx512;  // load16, store16, exp16, raw, check_bf16, ... (avx512.h)
+using namespace rlvr_decode;  // shape checks, invert_cdf (decode_common.h)
 
 // hidden (R, D) bf16, updated in place to bf16(hidden + delta) when delta is given (the residual add); returns
 // RMSNorm(hidden) * weight as transformers' LlamaRMSNorm computes it in bf16: fp32 normalisation, rounded to bf16,
@@ -81,21 +83,9 @@ torch::Tensor rope(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torc
   check_bf16(qkv, "qkv", 2);
   check_bf16(cos, "cos", 2);
   check_bf16(sin, "sin", 2);
-  TORCH_CHECK(positions.device().is_cpu() && positions.scalar_type() == at::kLong && positions.is_contiguous() &&
-                  positions.dim() == 1, "positions: expected a contiguous 1-d int64 CPU tensor, got ",
-              positions.scalar_type(), " of shape ", positions.sizes(), " on ", positions.device());
+  const int64_t head_dim = check_rope(qkv, cos, sin, positions, heads, kv_heads), half = head_dim / 2;
   const int64_t rows = qkv.size(0), all_heads = heads + 2 * kv_heads;
-  TORCH_CHECK(heads > 0 && kv_heads > 0 && qkv.size(1) % all_heads == 0, "qkv: ", qkv.size(1),
-              " columns are not (", heads, " + 2 x ", kv_heads, ") heads");
-  const int64_t head_dim = qkv.size(1) / all_heads, half = head_dim / 2;
-  TORCH_CHECK(positions.size(0) == rows, "positions: expected ", rows, " entries, got ", positions.size(0));
-  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.size(1) == head_dim, "cos, sin: expected (positions, ", head_dim,
-              ") tables");
-  TORCH_CHECK(head_dim % 2 == 0, "head size must be even, got ", head_dim);
   const int64_t* pos_ptr = positions.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r)
-    TORCH_CHECK(pos_ptr[r] >= 0 && pos_ptr[r] < cos.size(0), "position ", pos_ptr[r], " outside the RoPE table of ",
-                cos.size(0));
   auto out = torch::empty({rows, all_heads, head_dim}, qkv.options());
   const uint16_t* qkv_ptr = raw(qkv);
   const uint16_t* cos_ptr = raw(cos);
@@ -232,15 +222,7 @@ void check_cache(const torch::Tensor& keys_t, const torch::Tensor& values, const
                  int64_t kv_heads, int64_t head_dim, const char* name) {
   check_bf16(keys_t, name, 5);
   check_bf16(values, name, 4);
-  const int64_t n = keys_t.size(0), capacity = keys_t.size(2) * 16;
-  TORCH_CHECK(keys_t.size(1) == kv_heads && keys_t.size(3) == head_dim && keys_t.size(4) == 16, name,
-              " keys: expected (", n, ", ", kv_heads, ", C / 16, ", head_dim, ", 16), got ", keys_t.sizes());
-  TORCH_CHECK(values.size(0) == n && values.size(1) == kv_heads && values.size(2) == capacity &&
-                  values.size(3) == head_dim, name, " values: expected (", n, ", ", kv_heads, ", ", capacity, ", ",
-              head_dim, "), got ", values.sizes());
-  TORCH_CHECK(bias.device().is_cpu() && bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.dim() == 2 &&
-                  bias.size(0) == n && bias.size(1) == capacity, name, " bias: expected a contiguous (", n, ", ",
-              capacity, ") fp32 CPU tensor, got ", bias.scalar_type(), " of shape ", bias.sizes());
+  check_cache_shapes(keys_t, values, bias, kv_heads, head_dim, name);
 }
 
 // Attention of one new token per row: qkv_rot (A, H + 2 Hk, d) bf16 from rope(), for the rows `rows` (A,) int64,
@@ -260,35 +242,13 @@ torch::Tensor decode_attention(torch::Tensor qkv_rot, torch::Tensor prompt_keys_
   check_bf16(own_keys_t, "own keys", 5);
   const int64_t active = qkv_rot.size(0), rows = own_keys_t.size(0), head_dim = qkv_rot.size(2);
   const int64_t kv_heads = own_keys_t.size(1);
-  const int64_t heads = qkv_rot.size(1) - 2 * kv_heads;
-  TORCH_CHECK(kv_heads > 0 && heads > 0 && heads % kv_heads == 0, "qkv_rot: ", qkv_rot.size(1),
-              " heads are not H query + 2 x ", kv_heads, " KV heads with H a multiple of ", kv_heads);
-  const int64_t groups = heads / kv_heads;
-  TORCH_CHECK(groups <= MAX_GROUPS, "at most ", MAX_GROUPS, " query heads per KV head, got ", groups);
+  const int64_t heads = check_attention_heads(qkv_rot, kv_heads, MAX_GROUPS), groups = heads / kv_heads;
   check_cache(prompt_keys_t, prompt_values, prompt_bias, kv_heads, head_dim, "prompt");
   check_cache(own_keys_t, own_values, own_bias, kv_heads, head_dim, "own");
   const int64_t prompts = prompt_keys_t.size(0), prompt_len = prompt_values.size(2);
   const int64_t own_capacity = own_values.size(2);
-  std::vector<int64_t> row_of(active);  // the cache row of each input row
-  if (rows_index.has_value()) {
-    const torch::Tensor& index = *rows_index;
-    TORCH_CHECK(index.device().is_cpu() && index.scalar_type() == at::kLong && index.is_contiguous() &&
-                    index.dim() == 1 && index.size(0) == active, "rows: expected a contiguous (", active,
-                ") int64 CPU tensor, got ", index.scalar_type(), " of shape ", index.sizes());
-    const int64_t* idx = index.data_ptr<int64_t>();
-    for (int64_t a = 0; a < active; ++a) {
-      TORCH_CHECK(idx[a] >= 0 && idx[a] < rows && (a == 0 || idx[a] > idx[a - 1]), "rows: expected increasing "
-                  "indices in [0, ", rows, "), got ", idx[a], " at ", a);
-      row_of[a] = idx[a];
-    }
-  } else {
-    TORCH_CHECK(active == rows, "qkv_rot: expected ", rows, " rows (the cache's), got ", active);
-    for (int64_t a = 0; a < active; ++a) row_of[a] = a;
-  }
-  TORCH_CHECK(prompts > 0 && rows % prompts == 0, rows, " rows are not a whole number of samples for ", prompts,
-              " prompts");
-  TORCH_CHECK(column >= 0 && column < own_capacity, "column ", column, " outside the cache capacity ", own_capacity);
-  const int64_t repeats = rows / prompts;
+  const std::vector<int64_t> row_of = cache_rows(rows_index, active, rows);  // the cache row of each input row
+  const int64_t repeats = samples_per_prompt(rows, prompts, column, own_capacity);
   auto out = torch::empty({active, heads * head_dim}, qkv_rot.options());
   const uint16_t* in_ptr = raw(qkv_rot);
   const uint16_t* pk_ptr = raw(prompt_keys_t);
@@ -353,12 +313,8 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
 // logits (R, V) bf16. Returns (tokens (R,) int64, logprobs (R,) fp32).
 std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperature, torch::Tensor uniforms) {
   check_bf16(logits, "logits", 2);
-  TORCH_CHECK(temperature > 0.0, "temperature must be > 0, got ", temperature);
   const int64_t rows = logits.size(0), vocab = logits.size(1);
-  TORCH_CHECK(vocab > 0, "logits: expected a non-empty vocabulary");
-  TORCH_CHECK(uniforms.device().is_cpu() && uniforms.scalar_type() == at::kDouble && uniforms.is_contiguous() &&
-                  uniforms.numel() == rows, "uniforms: expected ", rows, " contiguous float64 CPU values, got ",
-              uniforms.numel(), " ", uniforms.scalar_type(), " on ", uniforms.device());
+  check_sampling(rows, vocab, temperature, uniforms);
   auto tokens = torch::empty({rows}, logits.options().dtype(at::kLong));
   auto logprobs = torch::empty({rows}, logits.options().dtype(at::kFloat));
   const uint16_t* l_ptr = raw(logits);
@@ -387,24 +343,7 @@ std::vector<torch::Tensor> sample_tokens(torch::Tensor logits, double temperatur
         total += chunk_sums[c];
       }
       const double target = u_ptr[r] * total;
-      // skip whole chunks by their sums, then add entry by entry; where a chunk's (tree-summed) total overshot its
-      // entries' running sum, the scan goes on into the next chunk instead of settling on the chunk's last entry
-      double running = 0.0;
-      int64_t token = -1;
-      for (int64_t c = 0; c < static_cast<int64_t>(chunk_sums.size()) && token < 0; ++c) {
-        if (running + chunk_sums[c] <= target) {
-          running += chunk_sums[c];
-          continue;
-        }
-        for (int64_t i = c * 16; i < std::min(vocab, c * 16 + 16); ++i) {
-          running += probs[i];
-          if (running > target) {
-            token = i;
-            break;
-          }
-        }
-      }
-      if (token < 0) token = vocab - 1;  // target at the very top (rounding): the last entry
+      const int64_t token = invert_cdf(chunk_sums, probs, vocab, 16, target);
       t_ptr[r] = token;
       const float x = to_float(row[token]) / static_cast<float>(temperature);
       lp_ptr[r] = x - top_s - static_cast<float>(std::log(total));

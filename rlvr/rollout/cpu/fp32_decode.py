@@ -30,7 +30,7 @@ from rlvr.rollout.cpu.kernels import AVX2_CFLAGS, avx2_supported, build_kernels
 from rlvr.rollout.cpu.timings import cached_timings, source_digest
 
 SOURCE = Path(__file__).with_name("fp32_decode_kernels.cpp")
-SOURCES = (SOURCE, SOURCE.with_name("avx2.h"))
+SOURCES = (SOURCE, SOURCE.with_name("avx2.h"), SOURCE.with_name("decode_common.h"))
 MAX_ROWS = 64
 """Inputs of at most this many rows (a decode step's running samples) take the kernel; larger ones (a prefill)
 keep ``F.linear``, which is compute-bound there and blocks for it."""

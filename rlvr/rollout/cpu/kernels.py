@@ -23,7 +23,7 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernels.cpp")
-DECODE_SOURCES = (SOURCE, SOURCE.with_name("avx512.h"))
+DECODE_SOURCES = (SOURCE, SOURCE.with_name("avx512.h"), SOURCE.with_name("decode_common.h"))
 """The decode kernels' source files (the extension and the header it includes)."""
 CFLAGS = ["-O3", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16", "-mamx-tile",
           "-mamx-bf16", "-mfma", "-mprefer-vector-width=512"]
