@@ -1,12 +1,14 @@
 """Building and loading rlvr's CPU kernels: ``decode_kernels.cpp`` (the fused bf16 decode-step kernels of
 :mod:`rlvr.rollout.cpu.fused_decode`) and, through :func:`build_kernels`, the trainer's log-prob kernels
-(:mod:`rlvr.models.cpu_logprobs`), both AVX-512 and including ``avx512.h`` (shared vector helpers); and the AVX2 fp32
-decode kernels (:mod:`rlvr.rollout.cpu.fp32_decode`: the GEMM and the fused fp32 step's kernels).
+(:mod:`rlvr.models.cpu_logprobs`), both AVX-512 and including ``avx512.h`` (shared vector helpers); and, AVX2 and
+including ``avx2.h``, the fp32 decode kernels (:mod:`rlvr.rollout.cpu.fp32_decode`: the GEMM and the fused fp32
+step's kernels) and the trainer's RMSNorm / SwiGLU kernels (:mod:`rlvr.models.cpu_fused_layers`). Both decode sources
+include ``decode_common.h`` (their ISA-free shape checks and sampling scan).
 
 The kernels are compiled on first use with torch's own extension builder (``torch.utils.cpp_extension.load``: g++ and
 ninja, ~50 s on 2 cores) and cached under ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/rlvr/torch_extensions``,
 :func:`rlvr.cache_dir`); torch rebuilds them when the source or the flags change. The AVX-512 ones are loaded only
-where torch runs AVX-512 kernels, the AVX2 one where it runs AVX2 or AVX-512 kernels. Where they cannot be built (no
+where torch runs AVX-512 kernels, the AVX2 ones where it runs AVX2 or AVX-512 kernels. Where they cannot be built (no
 compiler, another CPU), :func:`build_kernels` says why once on stderr and returns None, and the caller keeps torch's
 ops (transformers' modules for decoding).
 """
