@@ -422,7 +422,10 @@ the last row is a CPU that has AVX2 and no AVX-512.
 | the same EPYC, 2 torch threads (the default), quiet; packed rows, log-prob kernels, `dot_linear`, one-rank step (4c87ae5, 2026-12-02) | bf16 | 373 s (385 s with start-up) | 5.0 GB | 0.396 ± 0.027 -> 0.932 ± 0.017 (16.8) |
 | AMD EPYC with AVX2 only (no AVX-512), 2 cores, 2 torch threads, quiet (6c072eb, 2026-12-02) | fp32 (no native bf16: not measured) | 814 s (834 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 | the same EPYC (AVX2 only), 2 torch threads, quiet; fused fp32 decode step (dfd4aaa, 2026-12-02) | fp32 (no native bf16: not measured) | 433 s (444 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
+| AMD EPYC with AVX-512 + AVX512_BF16, no AMX, a faster part than the rows above (bench_vs_trl's bf16 matmul 778 against 439 GFLOP/s), 2 cores, 2 torch threads, quiet; RMSNorm / SwiGLU kernels (d585193, 2026-12-03) | bf16 both stages (matmul 696 vs 168 GFLOP/s, decode 3.13x) | 343 s (462 s with `make`'s start-up, which rebuilt DeepSpeed's communication op and the decode kernels) | not logged | 0.396 ± 0.027 -> 0.941 ± 0.017 (17.3) |
 
+- On the faster AVX512_BF16 EPYC at d585193: median rollout 1.65 s and update 6.09 s a step, evals 20.3 s and
+  26.6 s, 500 CPU seconds (the run's own count).
 - On the AVX2-only EPYC at dfd4aaa: median step 11.8 s (rollout 2.3 s, update 9.4 s), evals 29.5 s and 26.4 s,
   765 s user + 65 s system CPU. The update stage was not changed between the two rows, yet it took 9.4 s against
   16.1 s: the machine's state differed between those sessions. Run back to back in one session (6 steps each,
