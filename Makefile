@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM ?= false
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_INDEX_ARGS = $(if $(TORCH_INDEX),$(shell python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=5)" "$(TORCH_INDEX)/" >/dev/null 2>&1 && echo --extra-index-url $(TORCH_INDEX)))
 
-.PHONY: install install-vllm demo tool-demo rm-ppo-demo lint test test-all sandbox clean
+.PHONY: install install-vllm demo tool-demo sft-cold-start-demo dpo-demo rm-ppo-demo lint docs test test-all sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -47,10 +47,25 @@ demo: install
 tool-demo: install sandbox
 	$(VENV)/bin/rlvr train recipes/tool_demo.yaml -o runs/tool_demo --overwrite
 
+# SFT cold start, then tool GRPO, vs tool GRPO from the base model at the same training CPU seconds, 3 seeds
+# (benchmarks/sft_cold_start.py; ~26 min a seed on 2 cores; ARGS="--seeds 0" for one)
+sft-cold-start-demo: install sandbox
+	$(PY) benchmarks/sft_cold_start.py $(ARGS)
+
+# DPO on the demo's preference pairs vs the reward model + PPO on the same pairs: gold pass@1 on held-out prompts,
+# held-out preference accuracy, wall time (benchmarks/dpo_vs_rm_ppo.py; ~30 min on 2 cores)
+dpo-demo: install
+	$(PY) benchmarks/dpo_vs_rm_ppo.py $(ARGS)
+
 # The learned-reward chain on the demo task: pairs -> reward model -> PPO (KL / no KL) -> gold/proxy vs sqrt(KL) plot
 # -> PPO vs GRPO step time (benchmarks/rm_ppo_chain.py; ~30 min on 2 idle cores; ARGS=--quick for a smoke run)
 rm-ppo-demo: install
 	$(PY) benchmarks/rm_ppo_chain.py $(ARGS)
+
+# docs/recipe-reference.md, rendered from the recipe schema and the algorithm table (rlvr/algo/table.py);
+# tests/config/test_recipe_reference.py fails when it is stale
+docs: install
+	$(PY) -m rlvr.config.reference > docs/recipe-reference.md
 
 # ruff (configured in pyproject.toml): pyflakes, pycodestyle errors, import order, pyupgrade, bugbear
 lint: install

@@ -4,15 +4,15 @@
     python benchmarks/bench_decode_ab.py --prompts 2 --n 8 --max-new-tokens 128 --reps 4 --threads 1
 
 ``decode_fused`` is the engine's path for Llama-style models on a CPU with native bf16 and AVX-512 (each decode step
-through :mod:`rlvr.rollout.cpu.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
-(linear layers over prepacked weights: :mod:`rlvr.rollout.cpu.packed_linear`), the engine's path elsewhere;
+through :mod:`rlvr.kernels.fused_decode`'s kernels); ``decode_gqa`` the same loop through transformers' modules
+(linear layers over prepacked weights: :mod:`rlvr.kernels.packed_linear`), the engine's path elsewhere;
 ``decode_gqa_unpacked`` the same loop with ``F.linear`` on the plain weights; ``decode_fused_onednn`` the fused step
 with its GEMMs through oneDNN (``decode_fused`` takes the kernel it measures fastest: ``amx_linear`` with AMX, else
 ``dot_linear`` or oneDNN);
 ``generate`` and ``decode_sdpa`` (transformers' SDPA attention) use packed weights where ``decode_gqa`` does. These
 variants run on bf16 generation copies of the embedded SmolLM2-135M. In fp32 (the engine's path where generation runs
 in fp32, on the policy itself): ``fp32_fused``, the fused step in fp32 (AVX2 kernels of
-:mod:`rlvr.rollout.cpu.fp32_decode`), and ``fp32_modules``, transformers' modules with their linear layers through
+:mod:`rlvr.kernels.fp32_decode`), and ``fp32_modules``, transformers' modules with their linear layers through
 the AVX2 GEMM where it measures faster (the path for other architectures):
 
     python benchmarks/bench_decode_ab.py --variants fp32_fused,fp32_modules --threads 2
@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compute_floor import read_bandwidth_bytes_per_s  # noqa: E402
 
+from rlvr.kernels.build import decode_kernels  # noqa: E402
+from rlvr.kernels.fp32_decode import fp32_decode_linears, measured_fp32_decode  # noqa: E402
+from rlvr.kernels.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported  # noqa: E402
+from rlvr.kernels.packed_linear import pack_linears, packing_supported  # noqa: E402
 from rlvr.models.attention import use_grouped_query_attention  # noqa: E402
 from rlvr.rollout import decode  # noqa: E402
-from rlvr.rollout.cpu.fp32_decode import fp32_decode_linears, measured_fp32_decode  # noqa: E402
-from rlvr.rollout.cpu.fused_decode import FusedDecoder, build_fused_decoder, fused_decode_supported  # noqa: E402
-from rlvr.rollout.cpu.kernels import decode_kernels  # noqa: E402
-from rlvr.rollout.cpu.packed_linear import pack_linears, packing_supported  # noqa: E402
 from rlvr.rollout.hf import _low_precision_copy  # noqa: E402
 
 QUESTIONS = ["What is 17 + 25 * 3 - 4?", "What is 9 * 8 - 144 / 12?", "What is 53 - 19 + 7 * 13?",

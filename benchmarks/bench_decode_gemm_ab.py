@@ -5,7 +5,7 @@ layer's weights come from memory, not from a cache warmed by the same GEMM just 
 
     python benchmarks/bench_decode_gemm_ab.py --old-rev REV --rows 16 --kernel dot_linear --reps 15 --threads 2
 
-Both builds read the same packed weights (:class:`rlvr.rollout.cpu.fused_decode.FusedDecoder`'s) and the same
+Both builds read the same packed weights (:class:`rlvr.kernels.fused_decode.FusedDecoder`'s) and the same
 random inputs of ``--rows`` rows; their outputs must be equal bit for bit (the same sums in the same order), which
 is checked first. Prints the median milliseconds of one decode step's GEMMs per build, the per-repetition ratio
 after / before and the 1-minute load average, with the CPU. Builds go to a temporary folder (~1 min each).
@@ -27,7 +27,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-KERNEL_DIR = "rlvr/rollout/cpu"
+KERNEL_DIRS = ("rlvr/kernels", "rlvr/rollout/cpu")
+"""Where the decode kernels' sources are: this tree's folder, then the one older revisions kept them in."""
 SOURCES = ("decode_kernels.cpp", "avx512.h")
 
 
@@ -35,16 +36,20 @@ def build_at(rev: str | None, folder: Path, name: str) -> ModuleType:
     """The decode kernels built from ``rev``'s sources (None: this tree's) as extension ``name``."""
     from torch.utils.cpp_extension import load
 
-    from rlvr.rollout.cpu.kernels import CFLAGS
+    from rlvr.kernels.build import CFLAGS
 
     src = folder / name
     src.mkdir()
     for file in SOURCES:
         if rev is None:
-            text = (ROOT / KERNEL_DIR / file).read_text()
+            text = (ROOT / KERNEL_DIRS[0] / file).read_text()
         else:
-            text = subprocess.run(["git", "show", f"{rev}:{KERNEL_DIR}/{file}"], cwd=ROOT, check=True,
-                                  capture_output=True, text=True).stdout
+            shown = [subprocess.run(["git", "show", f"{rev}:{folder}/{file}"], cwd=ROOT, capture_output=True,
+                                    text=True) for folder in KERNEL_DIRS]
+            found = next((s for s in shown if s.returncode == 0), None)
+            if found is None:
+                raise FileNotFoundError(f"{rev} has no {file} in {' or '.join(KERNEL_DIRS)}")
+            text = found.stdout
         (src / file).write_text(text)
     return load(name=name, sources=[str(src / SOURCES[0])], extra_cflags=CFLAGS, build_directory=str(src),
                 verbose=False)
@@ -64,9 +69,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from rlvr import cache_dir
+    from rlvr.kernels.build import decode_kernels
+    from rlvr.kernels.fused_decode import FusedDecoder
     from rlvr.models.embedded import embedded_model_dir
-    from rlvr.rollout.cpu.fused_decode import FusedDecoder
-    from rlvr.rollout.cpu.kernels import decode_kernels
 
     with tempfile.TemporaryDirectory() as folder:
         builds = {"before": build_at(args.old_rev, Path(folder), "rlvr_decode_kernels_before"),

@@ -136,7 +136,7 @@ def train_trl(args: argparse.Namespace, seed: int, work: Path, prompts: Path, mo
             "precision": args.precision, "prompts_per_step": 8, "group_size": 8, "max_new_tokens": 16, "lr": 5e-6,
             "micro_batch_size": 16, "max_cpu_seconds": args.cpu_budget, "max_steps": args.max_steps,
             "model_out": str(work / f"trl-seed{seed}" / "model"), "scratch_dir": str(work / f"trl-seed{seed}"),
-            "cpu_time_py": str(REPO / "rlvr" / "runs" / "cpu_time.py")}
+            "cpu_time_py": str(REPO / "rlvr" / "runtime" / "cpu_time.py")}
     spec_path, out_path = work / f"trl-seed{seed}.spec.json", work / f"trl-seed{seed}.json"
     same_spec = spec_path.exists() and json.loads(spec_path.read_text()) == spec
     spec_path.write_text(json.dumps(spec, indent=1))

@@ -6,7 +6,7 @@ attention code of an older revision against this tree's, alternated in one proce
 
 ``before`` runs ``rlvr/models/logprobs.py`` and ``rlvr/models/attention.py`` as they were at ``REV`` (read with
 ``git show``) with ``--before-micro-batch`` rows per forward, and the modules' RMSNorm / SwiGLU kernels only if
-``REV`` had them (``rlvr/models/cpu_fused_layers.py``); ``after`` runs this tree's with ``--micro-batch``. Both
+``REV`` had them (``rlvr/kernels/cpu_fused_layers.py``); ``after`` runs this tree's with ``--micro-batch``. Both
 take the same random ids of a real step's shapes (:data:`SHAPES`), the same token-weighted loss and an AdamW step at
 learning rate 0 (the same work, and the weights stay as they are, so every repetition computes the same thing).
 Prints each repetition, the medians, the per-pair ratio after / before and the 1-minute load average, with the CPU.
@@ -93,10 +93,10 @@ def run_update(model: torch.nn.Module, logprobs: ModuleType, batch: UpdateBatch,
 
 def load_model() -> torch.nn.Module:
     """The embedded SmolLM2-135M-Instruct as the trainer loads it on a CPU (fp32), with rlvr's attention and its
-    RMSNorm / SwiGLU kernels (:func:`rlvr.models.cpu_fused_layers.fuse_cpu_layers`) where they build."""
+    RMSNorm / SwiGLU kernels (:func:`rlvr.kernels.cpu_fused_layers.fuse_cpu_layers`) where they build."""
     from rlvr.config import resolve
+    from rlvr.kernels.cpu_fused_layers import fuse_cpu_layers
     from rlvr.models.attention import use_grouped_query_attention
-    from rlvr.models.cpu_fused_layers import fuse_cpu_layers
     from rlvr.models.loading import load_causal_lm, resolve_model_path
 
     recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
@@ -162,8 +162,9 @@ def main() -> None:
 
     model = load_model()
     fused_layers = fused_layers_switch(model)
-    before_fused = subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:rlvr/models/cpu_fused_layers.py"],
-                                  cwd=ROOT, capture_output=True).returncode == 0
+    before_fused = any(subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:{path}"], cwd=ROOT,
+                                      capture_output=True).returncode == 0
+                       for path in ("rlvr/kernels/cpu_fused_layers.py", "rlvr/models/cpu_fused_layers.py"))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     dtype = torch.bfloat16 if args.precision == "bf16" else None
     batch = make_batch(args.shape)

@@ -33,7 +33,7 @@ from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s, step_f
 from machine import commit  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
-TRL_PINS = ["torch==2.13.0", "trl==1.16.0", "math-verify[antlr4_13_2]"]
+TRL_PINS = ["torch==2.13.0", "trl==1.16.0", "math-verify[antlr4-13-2]"]
 """TRL's venv: torch pinned to the CPU wheel rlvr uses (a bare install could pull a CUDA build); math-verify for TRL's
 ``accuracy_reward``."""
 SIDES = ("rlvr", "trl")

@@ -66,7 +66,7 @@ def main(spec_path: str, out_path: str) -> None:
         for _ in range(spec["steps"]):
             seen.clear()
             t0 = time.perf_counter()
-            metrics = trainer.step()
+            metrics = trainer.step().metrics
             wall = time.perf_counter() - t0
             prompt_lens = [n for prompts, _ in seen for n in prompts]
             completion_lens = [n for _, comps in seen for n in comps]

@@ -48,7 +48,7 @@ def read_curve(records: list[dict[str, Any]], gold_key: str = "reward/gold_math"
                   key=lambda r: r["step"])
     if not rows:
         raise ValueError(f"no step has all of {SQRT_KL}, {PROXY} and {gold_key}: a PPO run "
-                         f"(algorithm.advantage.type: gae) with reward.source: reward_model and a gold verifier?")
+                         f"(algorithm.name: ppo) with reward.source: reward_model and a gold verifier?")
     return Curve(steps=[int(r["step"]) for r in rows], sqrt_kl=[float(r[SQRT_KL]) for r in rows],
                  proxy=[float(r[PROXY]) for r in rows], gold=[float(r[gold_key]) for r in rows])
 

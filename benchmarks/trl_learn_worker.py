@@ -1,5 +1,5 @@
 """One run of TRL's ``GRPOTrainer`` to a CPU-seconds budget for ``bench_learning_vs_trl.py``; saves the trained model
-for the common evaluator (``rlvr eval``). Runs in TRL's own venv and imports nothing from rlvr but ``rlvr/runs/cpu_time.py``,
+for the common evaluator (``rlvr eval``). Runs in TRL's own venv and imports nothing from rlvr but ``rlvr/runtime/cpu_time.py``,
 loaded by path (it needs only ``psutil``), so both sides count CPU seconds with the same function.
 
     .venv-trl/bin/python benchmarks/trl_learn_worker.py SPEC.json OUT.json
@@ -32,7 +32,7 @@ from trl_common import grpo_config, run_footer
 
 
 def load_cpu_time(path: str):
-    """``rlvr/runs/cpu_time.py`` as a module without importing the ``rlvr`` package (TRL's venv lacks its deps)."""
+    """``rlvr/runtime/cpu_time.py`` as a module without importing the ``rlvr`` package (TRL's venv lacks its deps)."""
     spec = importlib.util.spec_from_file_location("rlvr_cpu_time", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

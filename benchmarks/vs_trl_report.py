@@ -114,7 +114,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
   SmolLM2's shapes and 16 rows, `F.linear` streams a bf16 weight at 4-8 GB/s; the same weight packed once for oneDNN
   (`torch.ops.mkldnn._reorder_linear_weight`, the prepacking torch's Inductor does when it freezes a CPU model) at
   5-21 GB/s (q/o 87 -> 66 us, gate/up 235 -> 141, down 221 -> 83, LM head 11.1 -> 6.4 ms), with bit-identical
-  outputs at every row count tried (1-1000). Fix (`rlvr/rollout/cpu/packed_linear.py`): the `hf` engine's bf16
+  outputs at every row count tried (1-1000). Fix (`rlvr/kernels/packed_linear.py`): the `hf` engine's bf16
   generation copy on a CPU with native bf16 computes its linear layers on packed weights, re-packed after every
   weight sync (0.2 s for 135M parameters, 1 thread); memory: one more bf16 copy of the linear weights (270 MB here;
   `rlvr check` counts it). `bench_decode_ab.py`: 82.0 vs 110.6 ms a decode step packed vs unpacked (medians of 4, alternated, 1 thread, load 1.0, 2 x 8 x 128 tokens; the same tokens sampled in every repetition).
@@ -145,7 +145,7 @@ of the samples, update 34% (backward 16%, forward 13%, optimizer step 5%), the r
 
 ### One fused decode step (quiet machine, load ~1 before each measurement)
 
-- **Fewer, larger kernels for decoding** (`rlvr/rollout/cpu/fused_decode.py`, `rlvr/rollout/cpu/decode_kernels.cpp`, built
+- **Fewer, larger kernels for decoding** (`rlvr/kernels/fused_decode.py`, `rlvr/kernels/decode_kernels.cpp`, built
   on first use by torch's extension builder, ~50 s, cached). For Llama-style models (llama, mistral, qwen2) in bf16
   on a CPU with native bf16 and AVX-512, each decode step of the `hf` engine is 9 calls a layer instead of
   transformers' modules: residual add + RMSNorm, the q/k/v GEMM (one stacked weight), RoPE, attention (which first
@@ -260,14 +260,14 @@ itself ~0.09 s), and under the profiler ~10 passes of torch ops over (positions,
 each a fresh allocation of up to 200 MB that the kernel page-faults in (a fresh 136 MB buffer costs ~40 ms here
 before anything is computed).
 
-- **Decode GEMMs: `dot_linear`** (`rlvr/rollout/cpu/decode_kernels.cpp`): `vdpbf16ps` over the tiles `amx_linear`
+- **Decode GEMMs: `dot_linear`** (`rlvr/kernels/decode_kernels.cpp`): `vdpbf16ps` over the tiles `amx_linear`
   reads (so one packing code and one packed copy), 4 rows x 64 columns of fp32 sums in registers, the first row
   block streaming the group's weights with prefetches 16 KB ahead, later ones re-reading them from L2. Outputs
   within one bf16 rounding of oneDNN's (tests). A ~10 ms measurement at start picks it or oneDNN, whichever runs a
   decode-shaped GEMM faster on the machine (printed; tests mock both outcomes); AMX CPUs keep `amx_linear`.
   `python benchmarks/bench_decode_ab.py --threads 2 --variants decode_fused,decode_fused_onednn --reps 4` (load 1.7;
   2 x 8 x 128 tokens, alternated): 36.0 -> 29.2 ms a decode step (**0.81x**), 4.61 -> 3.74 s a rollout.
-- **The log-prob as two kernels** (`rlvr/models/cpu_logprobs.cpp`, AVX-512): forward (max, then the sum of exp and of
+- **The log-prob as two kernels** (`rlvr/kernels/cpu_logprobs.cpp`, AVX-512): forward (max, then the sum of exp and of
   exp x (x - max) in one pass: log-prob, entropy, logsumexp) and backward (`(onehot - softmax) * g / T` written in the
   logits' dtype; rows of zero gradient, i.e. padding, just zeroed), one row of logits at a time, no (positions, V)
   fp32 buffer. The same formulas as the torch path, which GPUs and other CPUs keep; values within 1e-5 of it and
@@ -326,7 +326,7 @@ before anything is computed).
 
 ### RMSNorm and SwiGLU as kernels; the result (AMD EPYC, AVX512_BF16, no AMX, 2 threads; 2026-12-03)
 
-- **RMSNorm and SwiGLU, one kernel pass each way** (`rlvr/models/cpu_fused_layers.cpp`, AVX2 + FMA, so for both
+- **RMSNorm and SwiGLU, one kernel pass each way** (`rlvr/kernels/cpu_fused_layers.cpp`, AVX2 + FMA, so for both
   CPU kinds): the trainer's RMSNorm and MLP modules (Llama, Mistral, Qwen2/3) run `weight * (x * rsqrt(mean(x²) +
   eps))` and `silu(gate) * up` forward and backward as one pass over their inputs each, where transformers' modules
   make 4-10 torch ops, each a pass over a fresh buffer. RMSNorm keeps the fp32 formula (log-probs within 3.3e-5 nats
@@ -380,7 +380,7 @@ by `benchmarks/machine.py`.
 --results-dir DIR` on an AMD EPYC with AVX2 and no AVX-512 (2 cores, load 1.2 at the start, 1.8-2.1 during the
 runs; raw data `benchmarks/results/vs_trl_avx2_raw.json`). `auto` is fp32 on both sides there (bf16 matmul 1.3
 GFLOP/s, fp32 157 GFLOP/s, read 22.7 GB/s), so no autocast and no bf16 generation copy: rlvr decodes with the fp32
-policy through its fused fp32 decode step (`rlvr/rollout/cpu/fused_decode.py` over the AVX2 kernels of
+policy through its fused fp32 decode step (`rlvr/kernels/fused_decode.py` over the AVX2 kernels of
 `fp32_decode_kernels.cpp`). Fewer pairs and steps than the run at the top (2 pairs of 4 timed steps). The row
 before it is the same command at 5681300, when fp32 decoding went through transformers' modules with only the
 linear layers on the AVX2 GEMM (load 1.4 at the start, 1.7-2.3 during).
@@ -605,7 +605,7 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               + ("fp32 master weights, bf16 autocast for the training forwards; generation from bf16 weights on "
                  "rlvr's side, under autocast on TRL's." if machine["precision"] == "bf16" else
                  "fp32 throughout, no autocast; both sides generate with the fp32 policy itself (rlvr through its "
-                 "fused fp32 decode step, `rlvr/rollout/cpu/fused_decode.py`)."),
+                 "fused fp32 decode step, `rlvr/kernels/fused_decode.py`)."),
               f"- torch threads: {machine['threads']} on both sides (`--threads`, default: every core). On cores "
               "shared with other jobs, fewer threads than cores is the fairer setting: OpenMP threads wait on each "
               "other when one is descheduled (on these 2 cores at load 7-11, a tiny-model step took 47-92 s at 2 "

@@ -1,10 +1,15 @@
 """Writes datasets/arith_tool_train.jsonl and datasets/arith_tool_heldout.jsonl: multi-term sums and differences,
-"What is 47 + 385 - 96?", 3 or 4 terms of 2 or 3 digits each, joined by + and -, never below 0.
+"What is 47 + 385 - 96?", 3 or 4 terms of 2 or 3 digits each, joined by + and -, never below 0; and
+datasets/arith_tool_sft.jsonl: transcripts of the tool solving such questions, for an SFT cold start.
 
 A task for tool use: the embedded SmolLM2-135M-Instruct cannot add such numbers in its head, but it can copy the
 expression into a ```python block. Every row carries ``solution``, the worked assistant turn a few-shot example shows
 (``data.shot_field: solution``): the python block, its output block as the rollout appends it, and the boxed answer.
 The two files share no question. Deterministic (seed 0).
+
+The transcripts (``messages``: the system paragraph the fenced tool format adds to a prompt, the question with the
+boxed instruction as recipes/tool_demo.yaml shows it, and the ``solution`` turn) are written by this script from the
+same generator (seed 1), never by a model, and share no question with the two files above.
 
     python datasets/make_arith_tool.py
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 
 TRAIN_ROWS = 2000
 HELDOUT_ROWS = 300
+SFT_ROWS = 400
 
 
 def expression(rng: random.Random) -> str:
@@ -53,10 +59,35 @@ def make_rows(seed: int = 0, train: int = TRAIN_ROWS, heldout: int = HELDOUT_ROW
     return rows[heldout:], rows[:heldout]
 
 
+def transcripts(n: int, exclude: set[str], seed: int = 1) -> list[dict]:
+    """``n`` SFT rows: ``messages`` of a conversation in which the model solves a fresh question with the python tool
+    (fenced format: the ```output block inside the turn is the tool's, masked by ``data.mask_fenced_outputs``), and
+    ``answer``. Questions in ``exclude`` are never used."""
+    from rlvr.data.templates import BOXED_INSTRUCTION
+    from rlvr.tools.formats import CallFormat
+
+    system = CallFormat("fenced").instructions([{"type": "function", "function": {"name": "python"}}])
+    rng = random.Random(seed)
+    out: list[dict] = []
+    seen = set(exclude)
+    while len(out) < n:
+        expr = expression(rng)
+        if expr in seen:
+            continue
+        seen.add(expr)
+        r = row(expr)
+        out.append({"messages": [{"role": "system", "content": system},
+                                 {"role": "user", "content": f"{r['question']}\n{BOXED_INSTRUCTION}"},
+                                 {"role": "assistant", "content": r["solution"]}], "answer": r["answer"]})
+    return out
+
+
 def main() -> None:
     here = Path(__file__).parent
     train, heldout = make_rows()
-    for name, rows in (("arith_tool_train.jsonl", train), ("arith_tool_heldout.jsonl", heldout)):
+    sft = transcripts(SFT_ROWS, {r["question"][8:-1] for r in train + heldout})
+    for name, rows in (("arith_tool_train.jsonl", train), ("arith_tool_heldout.jsonl", heldout),
+                       ("arith_tool_sft.jsonl", sft)):
         (here / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"wrote {len(rows)} rows to {here / name}")
 

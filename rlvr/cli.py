@@ -8,7 +8,12 @@
     rlvr config show recipes/demo.yaml [--set ...]               # the resolved recipe, every default filled in
     rlvr config check recipes/*.yaml                             # the schema only (instant)
     rlvr verify math --gold '\\frac12' --pred 'so \\boxed{0.5}'    # see `rlvr verify -h`
+    rlvr sft recipes/sft_tool_demo.yaml -o runs/sft                 # supervised fine-tuning (kind: sft)
+    rlvr dpo recipes/dpo_demo.yaml -o runs/dpo                      # DPO / cDPO / IPO on preference pairs (kind: dpo)
     rlvr rm train recipes/rm_demo.yaml -o runs/rm_demo               # reward models: see `rlvr rm -h`
+    rlvr sandbox serve --port 8080                                  # this machine's sandbox for remote trainers
+    rlvr judge serve --port 8001                                    # a judge model over an OpenAI-compatible API
+    rlvr serve embedded:smollm2-135m-instruct --port 8100           # a vLLM server for rollout.engine: server
 
 `make demo` runs the CPU demo (about 15 minutes on 2 cores): a progress line per step, then ``runs/demo/summary.json``
 with the held-out pass@1 before and after, and ``runs/demo/plots/curves.png``.
@@ -18,10 +23,13 @@ Under a launcher (``torchrun --nproc_per_node 8 -m rlvr.cli train ...``) every r
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -48,57 +56,108 @@ def _load(path: str, overrides: list[str]):  # noqa: ANN202 - Recipe; the import
     return recipe
 
 
-def check_run_dir(run_dir: Path, resume: bool, overwrite: bool, command: str = "rlvr train") -> None:
-    """Refuse to write a run into a folder that holds anything (another run's ``metrics.jsonl`` would be appended to,
-    its model and ``recipe.resolved.yaml`` overwritten) unless ``--resume`` or ``--overwrite`` says what to do with
-    it. Every command that writes a run folder (``rlvr train``, ``rlvr rm train``) calls this.
-
-    Raises:
-        FileExistsError: the folder exists, is not empty, and neither flag is given.
-    """
-    if resume or overwrite or not run_dir.exists():
-        return
-    if not run_dir.is_dir():
-        raise FileExistsError(f"-o {run_dir}: a file, not a folder")
-    held = sorted(p.name for p in run_dir.iterdir())
-    if held:
-        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
-        resume_hint = "--resume to continue its run, " if command == "rlvr train" else ""
-        raise FileExistsError(f"{run_dir} is not empty (it holds {shown}): pass {resume_hint}"
-                              f"--overwrite to delete it and start over, or -o for another folder")
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.config import RecipeError
+    from rlvr.config import RecipeError, load_stage_recipe
+    from rlvr.runs.run_dir import check_run_dir
 
-    recipe = _load(args.recipe, args.set)  # validated before anything heavy is imported
+    kind = getattr(args, "kind", None)
+    if kind is None:
+        recipe = _load(args.recipe, args.set)  # validated before anything heavy is imported
+    else:
+        from rlvr.runs.verifier_inputs import add_recipe_import_paths
+
+        recipe = load_stage_recipe(args.recipe, kind, args.set)
+        add_recipe_import_paths(args.recipe)
     run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)
     resume = args.resume or args.resume_from is not None
     if args.allow_changed and not resume:
         raise RecipeError("--allow-changed only applies with --resume or --resume-from")
-    check_run_dir(run_dir, resume, args.overwrite)
+    check_run_dir(run_dir, resume, args.overwrite, command=_command(args))
+    complete = args.resume and completed_steps(run_dir, recipe.trainer.steps)
+    if complete:
+        print(f"{run_dir}: the run is complete ({complete} of trainer.steps={recipe.trainer.steps} steps, summary.json "
+              f"written): nothing to resume. To train it further: --resume --set trainer.steps=N "
+              f"--allow-changed trainer.steps", file=sys.stderr)
+        return 0
     if args.overwrite and not resume:
         import shutil
         shutil.rmtree(run_dir, ignore_errors=True)
-    from rlvr.trainer.trainer import RLTrainer
+    if kind is None:
+        from rlvr.trainer.trainer import RLTrainer as Trainer
+    else:
+        from rlvr.trainer.stage_trainer import StageTrainer as Trainer
 
-    trainer = RLTrainer(recipe, run_dir, resume=resume, resume_from=args.resume_from,
-                        allow_changed=args.allow_changed)
-    summary = trainer.train()
+    trainer = None
+    try:
+        trainer = Trainer(recipe, run_dir, resume=resume, resume_from=args.resume_from,
+                          allow_changed=args.allow_changed)
+        summary = trainer.train()
+    except KeyboardInterrupt:
+        print(interrupted_line(args, run_dir, trainer), file=sys.stderr, flush=True)
+        return 130
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) and not exc.filename:
+            exc.filename = str(run_dir)  # a write through a file object (a plot, an event file) names no file
+        raise
     if trainer.dist.is_main:
         _print_summary(summary, run_dir)
     trainer.engine.destroy()
     return 0
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command that was run (``rlvr train``, ``rlvr sft``, ``rlvr dpo``), for messages."""
+    return f"rlvr {getattr(args, 'kind', None) or 'train'}"
+
+
+def completed_steps(run_dir: Path, steps: int) -> int | None:
+    """The steps of a finished run in ``run_dir`` (its ``summary.json`` names its newest checkpoint and at least
+    ``steps`` steps), else None. Reads two small files: nothing is loaded."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        done, final = int(summary["steps"]), Path(summary["final_checkpoint"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    newest = max((int(p.name[5:]) for p in (run_dir / "checkpoints").glob("step-*") if p.name[5:].isdigit()),
+                 default=None)
+    return done if done >= steps and newest == done and final.name == f"step-{done}" else None
+
+
+def interrupted_line(args: argparse.Namespace, run_dir: Path, trainer: Any) -> str:
+    """What a Ctrl-C of ``rlvr train`` left: the step reached, the newest checkpoint and the command that continues."""
+    finished = sorted((p for p in (run_dir / "checkpoints").glob("step-*") if p.is_dir()),
+                      key=lambda p: int(p.name.split("-")[1]) if p.name.split("-")[1].isdigit() else -1)
+    again = f"{_command(args)} {args.recipe} -o {run_dir}"
+    if trainer is None:
+        where = "before training started"
+    else:
+        where = f"at step {getattr(trainer, 'step_done', 0)} of {trainer.recipe.trainer.steps}"
+    if finished:
+        return (f"interrupted {where}; the newest checkpoint is {finished[-1].name}: `{again} --resume` continues from "
+                f"it (the steps after it are redone, with the same numbers)")
+    return f"interrupted {where}; no checkpoint was written: `{again} --overwrite` starts the run again"
+
+
 def _print_summary(summary: dict, run_dir: Path) -> None:
     before, after = summary.get("eval_before"), summary.get("eval_after")
     print(f"\nrun: {run_dir}  steps: {summary['steps']}  wall time: {summary['wall_time_s']:.0f} s")
-    if before and after:
+    if before and after and "loss" in after and "loss" in before:
+        line = f"held-out loss: {before['loss']:.4f} -> {after['loss']:.4f}"
+        if "accuracy" in after:
+            line += f"  preference accuracy: {before['accuracy']:.3f} -> {after['accuracy']:.3f}"
+        print(line)
+    if before and after and "pass_at_1" in after and "pass_at_1" in before:
         print(f"held-out pass@1: {before['pass_at_1']:.3f} ± {before['pass_at_1_se']:.3f} -> "
               f"{after['pass_at_1']:.3f} ± {after['pass_at_1_se']:.3f}  (change {summary['pass_at_1_change']:+.3f}, "
               f"{summary['pass_at_1_change_z']:.1f} standard errors; {after['num_prompts']} prompts x {after['k']})")
-    print(f"model: {summary['model']}\nplots: {run_dir / 'plots' / 'curves.png'}")
+    print(f"model: {summary['model']}\nplots: {'  '.join(map(str, run_plots(run_dir)))}")
+
+
+def run_plots(run_dir: Path) -> list[Path]:
+    """The plots a finished run names in its last line: ``plots/curves.png``, and beside it ``plots/tools.png``
+    (a run with tools) and ``plots/curriculum.png`` where the run drew them."""
+    plots = run_dir / "plots"
+    return [plots / "curves.png"] + [p for p in (plots / "tools.png", plots / "curriculum.png") if p.exists()]
 
 
 def default_eval_recipe(target: Path) -> Path:
@@ -185,6 +244,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="delete the run directory first")
     p.set_defaults(func=_cmd_train)
 
+    for kind, helptext in (("sft", "supervised fine-tuning with an SFT recipe (kind: sft)"),
+                           ("dpo", "DPO / cDPO / IPO on preference pairs with a preference recipe (kind: dpo)")):
+        p = sub.add_parser(kind, help=helptext)
+        p.add_argument("recipe")
+        p.add_argument("-o", "--output", help="run directory (default: runs/<recipe name>)")
+        p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+        p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the run directory")
+        p.add_argument("--resume-from", metavar="CHECKPOINT", help="continue from this checkpoint of the run")
+        p.add_argument("--allow-changed", action="append", default=[], metavar="KEY",
+                       help="on resume, accept a recipe that differs from the run's recipe.resolved.yaml in KEY")
+        p.add_argument("--overwrite", action="store_true", help="delete the run directory first")
+        p.set_defaults(func=_cmd_train, kind=kind)
+
     p = sub.add_parser("eval", help="pass@1 / pass@k / maj@k of a run or model on the recipe's held-out prompts")
     p.add_argument("target", help="a run directory, a checkpoint folder, a model folder or a hub name")
     p.add_argument("--recipe", help="the recipe whose held-out prompts and verifiers are used (default: a run "
@@ -210,7 +282,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_filter(sub)
     from rlvr.commands.export import add_parser as add_export
     add_export(sub)
+    from rlvr.commands.sandbox import add_parser as add_sandbox
+    add_sandbox(sub)
+    from rlvr.commands.judge import add_parser as add_judge
+    add_judge(sub)
+    from rlvr.serving.vllm_server import add_parser as add_serve
+    add_serve(sub)
     return parser
+
+
+def _disk_full_is_the_main_threads_to_report(args: threading.ExceptHookArgs) -> None:
+    """A library's writer thread (TensorBoard's event writer) that meets a full disk prints nothing: the error comes
+    back to the main thread at its next write or flush, which says it in one line. Anything else: Python's hook."""
+    if isinstance(args.exc_value, OSError) and args.exc_value.errno in (errno.ENOSPC, errno.EDQUOT):
+        return
+    threading.__excepthook__(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,13 +305,27 @@ def main(argv: list[str] | None = None) -> int:
     from rlvr.library_output import configure
 
     configure(verbose=args.verbose)
+    threading.excepthook = _disk_full_is_the_main_threads_to_report
     try:
         return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `rlvr config show ... | head -1`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 0
     except _user_errors() as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # bad values found after validation (e.g. batch vs ranks)
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = f" while writing {exc.filename}" if exc.filename else ""
+        print(f"error: no space left on the disk{where}: free space there, then --resume (checkpoints are written "
+              f"whole or not at all, so the newest one is intact)", file=sys.stderr)
         return 2
 
 

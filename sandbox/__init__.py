@@ -6,13 +6,16 @@
 
 Layout: `limits` (Limits), `jobs` (test formats, what enters the sandbox), `checkers` (output comparison,
 on the host), `judge` (verdicts), `batch` (talking to the in-sandbox driver), `scheduler` (throughput),
-`backends/` (docker, bwrap, and the unsandboxed `none`), `harness/` (code that runs inside the sandbox),
-`languages` (how C, C++, Java and JavaScript are compiled and run), `setup.sh` (engine and image).
+`backends/` (docker, bwrap, remote servers, and the unsandboxed `none`), `harness/` (code that runs inside the
+sandbox), `server` (`rlvr sandbox serve`: this machine's sandbox behind HTTP), `wire` and `fusion` (what crosses the
+network), `languages` (how C, C++, Java and JavaScript are compiled and run), `capabilities` (what a backend's sandbox
+offers: languages, Python modules), `setup.sh` (engine and image).
 The folder `sandbox/` installs as `rlvr.sandbox` (pyproject's package-dir). It imports nothing from the rest of
 `rlvr` (only the import-light `rlvr/__init__.py`) nor from `rlvr.verifiers`: it runs programs and knows no RL.
 """
 from rlvr.sandbox.api import run, run_many
-from rlvr.sandbox.backends import BACKENDS, get_backend
+from rlvr.sandbox.backends import BACKENDS, get_backend, remote_backend
+from rlvr.sandbox.capabilities import Capabilities, probe_capabilities
 from rlvr.sandbox.checkers import parse_checker
 from rlvr.sandbox.errors import SandboxError, SandboxUnavailable
 from rlvr.sandbox.jobs import TEST_TYPES, Job
@@ -21,7 +24,7 @@ from rlvr.sandbox.limits import Limits
 from rlvr.sandbox.results import ExecResult, ExecStatus, JudgeResult, TestVerdict, Verdict
 
 __all__ = [
-    "BACKENDS", "LANGUAGES", "TEST_TYPES", "ExecResult", "ExecStatus", "Job", "JudgeResult", "Limits", "SandboxError",
-    "SandboxUnavailable", "TestVerdict", "Verdict", "get_backend", "parse_checker", "parse_language", "run",
-    "run_many",
+    "BACKENDS", "LANGUAGES", "TEST_TYPES", "Capabilities", "ExecResult", "ExecStatus", "Job", "JudgeResult", "Limits",
+    "SandboxError", "SandboxUnavailable", "TestVerdict", "Verdict", "get_backend", "parse_checker", "parse_language",
+    "probe_capabilities", "remote_backend", "run", "run_many",
 ]

@@ -7,13 +7,15 @@ For stdio tests (`Checker.same_output`):
             and LiveCodeBench compare; every line must match, none may be missing or extra, and spaces
             inside a line count ("1  2" is not "1 2");
   lines_ci  `lines`, ignoring case;
-  float:TOL whitespace-separated tokens; numeric tokens may differ by TOL absolute or TOL relative to the
-            expected number, other tokens must be equal; the token counts must match ("float_1e-6" and a
+  float:TOL whitespace-separated tokens; numeric tokens (ASCII decimal notation only, as a contest checker
+            reads them: `1_000.5` or full-width digits are text) may differ by TOL absolute or TOL relative to
+            the expected number, other tokens must be equal; the token counts must match ("float_1e-6" and a
             bare "float" (TOL 1e-6) are accepted too);
   json      both parse as JSON and are the same value (`same_value`).
 For call tests (`Checker.same_value`) the returned value, in JSON form (`json_form`: tuples are lists,
 sets sorted lists, dict keys strings), must equal the expected one: bools only equal bools, numbers compare
-as numbers (within TOL for float:TOL), strings, lists and dicts exactly.
+as numbers (within TOL for float:TOL), strings, lists and dicts exactly. An integer and a float compare exactly,
+as rationals, never through a double: `10 ** 400` is a wrong answer to `2.5`, not an OverflowError.
 """
 from __future__ import annotations
 
@@ -21,10 +23,14 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 CHECKERS = ("exact", "lines", "lines_ci", "float:<tol>", "json")
 _FLOAT = re.compile(r"^float(?:[:_](?P<tol>.+))?$")
+# A number as contest checkers read one: ASCII digits, an optional sign, point and exponent. Python's float()
+# also takes "1_000.5", full-width digits, "infinity" and surrounding spaces, which a checker must not.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -127,7 +133,7 @@ def _same(got: Any, expected: Any, tol: float) -> bool:
         if not isinstance(got, (int, float)):
             return False
         if isinstance(got, float) or isinstance(expected, float):
-            return _close_numbers(float(got), float(expected), tol)
+            return _close_numbers(got, expected, tol)
         return got == expected
     if isinstance(expected, list):
         return isinstance(got, list) and len(got) == len(expected) and all(
@@ -139,20 +145,24 @@ def _same(got: Any, expected: Any, tol: float) -> bool:
 
 
 def _close(a: str, b: str, tol: float) -> bool:
-    try:
-        x, y = float(a), float(b)
-    except ValueError:
+    if not (_DECIMAL.match(a) and _DECIMAL.match(b)):
         return False
-    return _close_numbers(x, y, tol)
+    return _close_numbers(float(a), float(b), tol)
 
 
-def _close_numbers(x: float, y: float, tol: float) -> bool:
-    if math.isnan(x) or math.isnan(y):
-        return math.isnan(x) and math.isnan(y)
-    if math.isinf(x) or math.isinf(y):
+def _close_numbers(x: int | float, y: int | float, tol: float) -> bool:
+    """|x - y| <= tol, or <= tol * |y| (y is the expected number). Two floats compare as doubles; an int and a
+    float compare exactly as rationals, so an int of any size never overflows a conversion to double."""
+    for v in (x, y):
+        if isinstance(v, float) and math.isnan(v):
+            return isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)
+    if any(isinstance(v, float) and math.isinf(v) for v in (x, y)):
         return x == y
-    diff = abs(x - y)
-    return diff <= tol or diff <= tol * abs(y)
+    if isinstance(x, float) and isinstance(y, float):
+        diff = abs(x - y)
+        return diff <= tol or diff <= tol * abs(y)
+    exact = abs(Fraction(x) - Fraction(y))
+    return exact <= Fraction(tol) or exact <= Fraction(tol) * abs(Fraction(y))
 
 
 def _lines(text: str) -> list[str]:

@@ -13,7 +13,7 @@ _BY_STATUS = {
     ExecStatus.MEMORY: Verdict.MLE,
     ExecStatus.OUTPUT_LIMIT: Verdict.OLE,
     ExecStatus.COMPILE_ERROR: Verdict.CE,
-    ExecStatus.SANDBOX_ERROR: Verdict.RE,
+    ExecStatus.SANDBOX_ERROR: Verdict.IE,
 }
 
 
@@ -21,7 +21,15 @@ def judge_test(job: Job, index: int, result: ExecResult) -> TestVerdict:
     """The verdict of test `index` of `job` given how its run ended.
 
     Only a run that ended OK can be AC: stdio output must pass the job's checker, a call's value must equal
-    the expected value; an assert statement that ran to its end is AC."""
+    the expected value; an assert statement that ran to its end is AC. A checker that raises (a fault of the
+    judge, not of the program) makes this test IE, never an exception out of the batch."""
+    try:
+        return _judge_test(job, index, result)
+    except Exception as e:  # noqa: BLE001 - one test's checker fault must not take the other programs' verdicts
+        return TestVerdict(index, Verdict.IE, f"checker failed: {type(e).__name__}: {str(e)[:200]}", result)
+
+
+def _judge_test(job: Job, index: int, result: ExecResult) -> TestVerdict:
     if result.status is not ExecStatus.OK:
         reason = result.detail or result.status.value
         return TestVerdict(index, _BY_STATUS[result.status], reason, result)
@@ -44,4 +52,6 @@ def judge(job: Job, results: list[ExecResult], backend: str, elapsed_s: float, e
     if len(results) != job.n_tests:
         raise ValueError(f"{len(results)} results for a job with {job.n_tests} tests")
     verdicts = [judge_test(job, i, r) for i, r in enumerate(results)]
+    if error is None:
+        error = next((v.reason for v in verdicts if v.verdict is Verdict.IE), None)
     return JudgeResult(verdicts=verdicts, backend=backend, elapsed_s=elapsed_s, error=error)

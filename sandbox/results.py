@@ -17,6 +17,7 @@ class Verdict(str, Enum):
     RE = "RE"  # runtime error (exception, non-zero exit, crash)
     CE = "CE"  # compile error (the program does not parse)
     OLE = "OLE"  # output limit exceeded
+    IE = "IE"  # internal error: the judge failed (the sandbox broke, the checker raised), not the program
 
 
 class ExecStatus(str, Enum):
@@ -71,7 +72,9 @@ class JudgeResult:
     passed: every test AC (and there was at least one). fraction: share of AC tests, in [0, 1].
     backend: the sandbox that ran it (docker, bwrap, none). elapsed_s: seconds its tests ran in the sandbox
     (the sum of the tests' wall-clock times).
-    error: set when the sandbox itself failed while judging (those tests then read RE).
+    error: set when the machinery failed while judging (the sandbox broke, or a checker raised): those tests
+    read IE, and the program has no verdict of its own to score (`rlvr.verifiers.code` reports it as a failure
+    of the machinery, never a 0).
     """
 
     verdicts: list[TestVerdict]

@@ -5,14 +5,16 @@ every logged value and every weight identical.
 
 Checks, step for step, that ``metrics.jsonl`` holds the same steps with equal values for every key except wall-clock
 and CPU-time ones (``time/``, ``cpu/``, ``*_per_s``); that ``samples/step-N.jsonl`` are equal; and that the newest
-checkpoint's ``model/*.safetensors`` hold the same tensor names with ``torch.equal`` values. Exit code 0 when all of it
-holds, 1 otherwise, with one line per difference.
+checkpoint's ``model/*.safetensors`` hold the same tensor names with equal values. A NaN equals a NaN at the same place
+(a metric that is NaN in both runs, e.g. a length of correct samples on a step with none, is the same value). Exit code
+0 when all of it holds, 1 otherwise, with one line per difference.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,6 +29,26 @@ def _is_clock(key: str) -> bool:
     return key.startswith(CLOCK_PREFIXES) or key.endswith(CLOCK_SUFFIXES)
 
 
+def same(x: object, y: object) -> bool:
+    """Equal JSON values, NaN equal to NaN (at any depth)."""
+    if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+        return True
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if isinstance(x, list) and isinstance(y, list):
+        return len(x) == len(y) and all(same(a, b) for a, b in zip(x, y))
+    return x == y
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and values, NaN equal to NaN at the same place."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a, b)
+    return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
 def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
@@ -38,7 +60,7 @@ def compare_metrics(a: Path, b: Path) -> list[str]:
         step = x.get("step")
         keys = {k for k in x.keys() | y.keys() if not _is_clock(k)}
         for k in sorted(keys):
-            if x.get(k, "<missing>") != y.get(k, "<missing>"):
+            if not same(x.get(k, "<missing>"), y.get(k, "<missing>")):
                 problems.append(f"step {step} {k}: {x.get(k, '<missing>')!r} vs {y.get(k, '<missing>')!r}")
     return problems
 
@@ -54,7 +76,7 @@ def compare_samples(a: Path, b: Path) -> list[str]:
         pa, pb = a / "samples" / name, b / "samples" / name
         if not (pa.is_file() and pb.is_file()):
             problems.append(f"samples/{name}: present in one run only")
-        elif _jsonl(pa) != _jsonl(pb):
+        elif not same(_jsonl(pa), _jsonl(pb)):
             problems.append(f"samples/{name}: differs")
     return problems
 
@@ -75,7 +97,7 @@ def compare_weights(a: Path, b: Path) -> tuple[list[str], int]:
         tb.update(load_file(f))
     problems = [f"{ca.name}: tensor {n} in one run only" for n in sorted(ta.keys() ^ tb.keys())]
     for name in sorted(ta.keys() & tb.keys()):
-        if ta[name].dtype != tb[name].dtype or not torch.equal(ta[name], tb[name]):
+        if not same_tensor(ta[name], tb[name]):
             problems.append(f"{ca.name}: tensor {name} differs")
     return problems, len(ta)
 

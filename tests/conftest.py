@@ -1,13 +1,38 @@
-"""Suite-wide test ordering.
+"""Suite-wide set-up: the build folder of C++ extensions fixed once, time limits, the test ordering, and the fixture
+that skips a run's plots.
+
+The build folder (``TORCH_EXTENSIONS_DIR``) is set up before any test runs, as an ``rlvr`` command does where it first
+builds: a test that points ``RLVR_CACHE`` at a temporary folder must not move it there for the rest of the session
+(every kernel would be built again).
 
 The vLLM tests run last: a ``vllm.LLM`` in this process sets up torch.distributed's default group for itself, and a
 DeepSpeed engine built after it in the same process fails with "Group ... is not registered". Every other test keeps
 its order.
+
+Every test's time limit (pytest-timeout's, ``timeout`` in pyproject.toml) is scaled like the subprocess limits of
+:mod:`tests.limits`: by ``RLVR_TEST_TIME_SCALE`` and the machine's load when the suite starts.
 """
 
 from __future__ import annotations
 
 import pytest
+
+from tests import limits
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    from rlvr.runtime.extensions import prepare_extension_builds
+
+    if getattr(config.option, "timeout", None) is None and config.getini("timeout"):
+        config.option.timeout = float(config.getini("timeout")) * limits.scale()
+    prepare_extension_builds()
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A training run without its PNG plots (~5 s per checkpoint on these CPUs), for tests that do not check them."""
+    monkeypatch.setattr("rlvr.trainer.run.write_plots", lambda *args, **kwargs: None)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -104,3 +104,141 @@ def test_train_then_eval_the_run(tiny, tmp_path, capsys):
     # a second train into the same folder without --resume/--overwrite is refused
     err = _error(capsys, ["train", recipe, "-o", str(tmp_path / "run")])
     assert "is not empty" in err and "--resume" in err and "--overwrite" in err
+
+
+def test_a_full_disk_outside_a_checkpoint_is_one_line(monkeypatch, capsys, tmp_path):
+    """A plot or metrics line that cannot be written ends the run with one line, not a traceback."""
+    import errno
+
+    from rlvr import cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "plots" / "curves.png"))
+
+    monkeypatch.setattr(cli, "_cmd_train", full)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {name: x}\n")
+    assert cli.main(["train", str(recipe)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: no space left on the disk while writing {tmp_path / 'plots' / 'curves.png'}: free space there, then "
+        f"--resume (checkpoints are written whole or not at all, so the newest one is intact)\n")
+
+
+def test_a_writer_thread_that_meets_a_full_disk_prints_no_traceback(monkeypatch, capsys, tmp_path):
+    """TensorBoard's event writer thread dies on ENOSPC; the main thread reports it at its next flush (one line)."""
+    import errno
+    import threading
+
+    from rlvr import cli
+
+    def full(args):
+        def writer():
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def broken():
+            raise ValueError("a writer thread's bug")
+
+        for target in (writer, broken):
+            t = threading.Thread(target=target)
+            t.start()
+            t.join()
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "tensorboard"))
+
+    monkeypatch.setattr(cli, "_cmd_train", full)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # restored after the test
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {name: x}\n")
+    assert cli.main(["train", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "OSError" not in err and "No space left on device" not in err  # the writer thread stayed quiet
+    assert "ValueError: a writer thread's bug" in err  # any other thread error is printed as Python does
+    assert err.endswith(f"error: no space left on the disk while writing {tmp_path / 'tensorboard'}: free space "
+                        f"there, then --resume (checkpoints are written whole or not at all, so the newest one is "
+                        f"intact)\n")
+
+
+def test_a_full_disk_that_names_no_file_is_named_by_the_run_folder(tiny, monkeypatch, capsys, tmp_path):
+    """A write through a file object (matplotlib's PNG, TensorBoard's event file) fails with ENOSPC and no file name:
+    the line names the run folder, so that "free space there" says where."""
+    import errno
+
+    import rlvr.trainer.trainer as trainer_module
+
+    class FullDisk:
+        def __init__(self, *args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trainer_module, "RLTrainer", FullDisk)
+    run = tmp_path / "run"
+    err = _error(capsys, ["train", _write(tmp_path, tiny_recipe(*tiny)), "-o", str(run)])
+    assert err == (f"error: no space left on the disk while writing {run}: free space there, then --resume "
+                   f"(checkpoints are written whole or not at all, so the newest one is intact)\n")
+
+
+def test_ctrl_c_in_training_is_one_line_naming_how_to_continue(monkeypatch, capsys, tmp_path):
+    import argparse
+
+    from rlvr.cli import interrupted_line
+
+    run = tmp_path / "run"
+    args = argparse.Namespace(recipe="recipes/demo.yaml")
+
+    class Trainer:
+        step_done = 11
+
+        class recipe:  # noqa: N801
+            class trainer:  # noqa: N801
+                steps = 30
+
+    assert interrupted_line(args, run, None) == (
+        f"interrupted before training started; no checkpoint was written: `rlvr train recipes/demo.yaml -o {run} "
+        f"--overwrite` starts the run again")
+    for step in (2, 10, 4):
+        (run / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    (run / "checkpoints" / ".tmp-step-12").mkdir()
+    assert interrupted_line(args, run, Trainer()) == (
+        f"interrupted at step 11 of 30; the newest checkpoint is step-10: `rlvr train recipes/demo.yaml -o {run} "
+        f"--resume` continues from it (the steps after it are redone, with the same numbers)")
+
+
+def test_a_reader_that_leaves_early_is_no_traceback(tmp_path):
+    """`rlvr config show RECIPE | head -1`: the closed pipe ends the command quietly."""
+    import subprocess
+    import sys
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {name: x}\ndata: {source: {type: jsonl, path: d.jsonl}}\nverifiers: [{name: math}]\n")
+    # `true` exits before rlvr has imported: every write meets a closed pipe
+    proc = subprocess.run(["bash", "-c", f"set -o pipefail; {sys.executable} -m rlvr.cli config show {recipe} | true"],
+                          capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_resume_of_a_complete_run_says_so_and_loads_nothing(tmp_path, capsys):
+    import json
+
+    from rlvr.cli import completed_steps, main
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-3").mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"steps": 3, "final_checkpoint": str(run / "checkpoints/step-3")}))
+    assert completed_steps(run, 3) == 3 and completed_steps(run, 5) is None
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("model: {name: not-loaded}\ndata: {source: {type: jsonl, path: d.jsonl}}\n"
+                      "verifiers: [{name: math}]\ntrainer: {steps: 3}\n")
+    assert main(["train", str(recipe), "-o", str(run), "--resume"]) == 0
+    assert capsys.readouterr().err == (
+        f"{run}: the run is complete (3 of trainer.steps=3 steps, summary.json written): nothing to resume. To train "
+        f"it further: --resume --set trainer.steps=N --allow-changed trainer.steps\n")
+    (run / "checkpoints" / "step-4").mkdir()  # a newer checkpoint than the summary's: not the finished run
+    assert completed_steps(run, 3) is None
+
+
+def test_the_last_line_names_the_plots_the_run_drew(tmp_path):
+    from rlvr.cli import run_plots
+
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "curves.png").write_bytes(b"png")
+    assert run_plots(tmp_path) == [tmp_path / "plots" / "curves.png"]
+    (tmp_path / "plots" / "tools.png").write_bytes(b"png")
+    assert run_plots(tmp_path) == [tmp_path / "plots" / "curves.png", tmp_path / "plots" / "tools.png"]

@@ -63,3 +63,30 @@ def test_the_worked_solution_is_what_a_fenced_python_call_rollout_writes(arith):
         assert call.arguments == {"code": f"print({expr})"}
         answer = fmt.answer_text(turn, [r["answer"] + "\n"])
         assert r["solution"] == turn + answer + f"\\boxed{{{r['answer']}}}"
+
+
+def test_arith_tool_transcripts_are_the_shipped_file_and_share_no_question(arith):
+    train, heldout = arith.make_rows(seed=0)
+    rows = arith.transcripts(arith.SFT_ROWS, {r["question"][8:-1] for r in train + heldout})
+    shipped = [json.loads(line) for line in (REPO / "datasets" / "arith_tool_sft.jsonl").read_text().splitlines()]
+    assert shipped == rows and len(rows) == 400
+    questions = {r["messages"][1]["content"].split("\n")[0] for r in rows}
+    assert len(questions) == 400 and not questions & {r["question"] for r in train + heldout}
+    first = rows[0]["messages"]
+    assert first[0]["content"] == CallFormat("fenced").instructions([{"function": {"name": "python"}}])
+    expr = first[1]["content"][len("What is "):first[1]["content"].index("?")]
+    assert first[2]["content"] == f"```python\nprint({expr})\n```\n```output\n{rows[0]['answer']}\n```\n" \
+                                  f"\\boxed{{{rows[0]['answer']}}}"
+    assert int(rows[0]["answer"]) == eval(expr)  # noqa: S307 - digits, spaces, + and - only
+
+
+def test_guessing_games_are_deterministic_distinct_and_the_shipped_file_is_seed_0():
+    guessing = _generator("make_guessing")
+    rows = guessing.make_rows(seed=0)
+    assert rows == guessing.make_rows(seed=0) and rows != guessing.make_rows(seed=1)
+    shipped = [json.loads(line) for line in (REPO / "datasets" / "guessing.jsonl").read_text().splitlines()]
+    assert shipped == rows and len(rows) == 90 * 3
+    assert len({r["question"] for r in rows}) == len(rows)  # the prompt split keeps one row per distinct question
+    for r in rows:
+        assert r["high"] - r["low"] + 1 in (8, 10, 12) and r["low"] <= r["answer"] <= r["high"]
+        assert f"from {r['low']} to {r['high']}." in r["question"] and "4 guesses" in r["question"]

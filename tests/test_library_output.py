@@ -18,8 +18,11 @@ NOISE = ("MISSING", "\x1b[", "Loading weights", "Writing model shards", "Setting
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    # (and no rendezvous of an in-process trainer of an earlier test: the child picks its own port)
     env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS",
-                                                            "TRANSFORMERS_NO_ADVISORY_WARNINGS")}
+                                                            "TRANSFORMERS_NO_ADVISORY_WARNINGS", "TQDM_DISABLE",
+                                                            "WANDB_SILENT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                            "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -60,3 +63,26 @@ def test_deepspeed_accelerator_notice_is_dropped_unless_verbose(tmp_path):
 
     if not torch.cuda.is_available():  # the notice is DeepSpeed's on a machine without a GPU
         assert "Setting accelerator to CPU" in loud.stdout + loud.stderr
+
+
+def test_deepspeed_built_successfully_line_is_dropped_unless_verbose(tmp_path):
+    code = ("import sys; from rlvr.library_output import configure; configure(verbose=sys.argv[1] == 'v'); "
+            "from rlvr.runtime.distributed import init_distributed; init_distributed()")
+    quiet = _run(["-c", code, "q"], tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "built successfully" not in quiet.stdout + quiet.stderr
+    loud = _run(["-c", code, "v"], tmp_path)
+    assert loud.returncode == 0, loud.stderr
+    assert "built successfully" in loud.stdout  # DeepSpeed's own line, shown on request
+
+
+def test_quiet_turns_off_library_progress_bars_and_wandb_output():
+    from rlvr.library_output import QUIET_ENV
+
+    assert QUIET_ENV["TQDM_DISABLE"] == "1" and QUIET_ENV["WANDB_SILENT"] == "true"
+    code = ("import os, sys; from rlvr.library_output import configure; configure(); "
+            "from tqdm.auto import tqdm; list(tqdm(range(3), desc='GGUF-like bar'))")
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "GGUF-like bar" not in out.stderr + out.stdout, out.stderr

@@ -41,9 +41,8 @@ def test_pyproject_lists_every_package_under_rlvr() -> None:
     assert sorted(tool["packages"]) == sorted(expected)
     assert {p.split(".")[0] for p in tool["packages"]} == {"rlvr"}
     assert tool["package-data"] == {"rlvr.sandbox": ["image.env", "setup.sh"],
-                                    "rlvr.rollout.cpu": ["decode_kernels.cpp", "avx512.h", "fp32_decode_kernels.cpp",
-                                                         "avx2.h", "decode_common.h"],
-                                    "rlvr.models": ["cpu_logprobs.cpp", "cpu_fused_layers.cpp"]}
+                                    "rlvr.kernels": ["decode_kernels.cpp", "fp32_decode_kernels.cpp", "cpu_logprobs.cpp",
+                                                     "cpu_fused_layers.cpp", "avx512.h", "avx2.h", "decode_common.h"]}
     # every kernel source compiled on first use ships with its package
     sources = {(".".join(path.parent.relative_to(ROOT).parts), path.name)
                for path in (ROOT / "rlvr").rglob("*") if path.suffix in (".cpp", ".h")}
@@ -85,9 +84,9 @@ def test_the_wheel_holds_rlvr_only_with_the_sandbox_data_files(tmp_path: Path) -
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"rlvr", wheel.name.split("-py")[0] + ".dist-info"}
     for needed in ("rlvr/verifiers/registry.py", "rlvr/sandbox/image.env", "rlvr/sandbox/setup.sh",
-                   "rlvr/rollout/cpu/decode_kernels.cpp", "rlvr/rollout/cpu/avx512.h",
-                   "rlvr/rollout/cpu/avx2.h", "rlvr/rollout/cpu/decode_common.h", "rlvr/models/cpu_logprobs.cpp",
-                   "rlvr/models/cpu_fused_layers.cpp",
+                   "rlvr/kernels/decode_kernels.cpp", "rlvr/kernels/fp32_decode_kernels.cpp", "rlvr/kernels/avx512.h",
+                   "rlvr/kernels/avx2.h", "rlvr/kernels/decode_common.h", "rlvr/kernels/cpu_logprobs.cpp",
+                   "rlvr/kernels/cpu_fused_layers.cpp",
                    "rlvr/sandbox/harness/driver.py",
                    "rlvr/sandbox/backends/docker_backend.py"):
         assert needed in names

@@ -48,6 +48,43 @@ def build_tiny_model(dir_path: Path, seed: int = 0, hidden: int = 32, layers: in
     return dir_path
 
 
+CHAT_SPECIALS = ["<pad>", "<|im_end|>", "<|im_start|>"]
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""ChatML without a default system turn: what the tiny chat model's tokenizer renders conversations with."""
+
+
+def build_chat_tokenizer() -> PreTrainedTokenizerFast:
+    """Character-level tokenizer over printable ASCII with ChatML's control tokens (``<|im_end|>`` is eos) and a
+    ChatML chat template."""
+    chars = sorted(set(string.printable) - set("\x0b\x0c\r"))
+    vocab = {tok: i for i, tok in enumerate(CHAT_SPECIALS + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    out = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<pad>",
+                                  additional_special_tokens=["<|im_start|>"])
+    out.chat_template = CHAT_TEMPLATE
+    return out
+
+
+def build_tiny_chat_model(dir_path: Path, seed: int = 0, hidden: int = 32, layers: int = 2) -> Path:
+    """Save a random-init Qwen2 causal LM with :func:`build_chat_tokenizer` (eos = ``<|im_end|>``) to ``dir_path``."""
+    tokenizer = build_chat_tokenizer()
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.eos_token_id)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(dir_path)
+    tokenizer.save_pretrained(dir_path)
+    return dir_path
+
+
 def write_addition_dataset(path: Path, n: int = 64) -> Path:
     """JSONL rows ``{"question": "a+b=?", "answer": "c"}`` with one-digit operands."""
     with path.open("w") as fh:
@@ -93,3 +130,11 @@ def tiny_recipe(model_dir: Path, data_path: Path, **sections) -> dict:
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     return raw
+
+
+def skip_plots() -> None:
+    """No PNG plots for any run of this process (~5 s per checkpoint on these CPUs): for a test's worker process, which
+    does not check them (a test in the pytest process uses the ``no_plots`` fixture instead)."""
+    import rlvr.trainer.run
+
+    rlvr.trainer.run.write_plots = lambda *args, **kwargs: None

@@ -17,14 +17,20 @@ run at the top of the test code, in the sandbox's trusted driver, so the tests c
 (HumanEval/32 `poly`, /38 `encode_cyclic`, /50 `encode_shift`) even when the completion redefines them.
 
 Returns {"score", "passed", "verdicts", "reason"}; score is the fraction of tests passed (mode="fraction")
-or 1/0 for all passed (mode="all"). Returns None (cannot score) when no sandbox can run here; raises
-ValueError for a malformed row. `code_rewards` scores many completions in one batch (faster); a
-`RewardFunction` uses it through the registry's batch hook, so a whole step's completions go to the sandbox
-in one `rlvr.sandbox.run_many`.
+or 1/0 for all passed (mode="all"); raises ValueError for a malformed row. A fault of the program (wrong
+output, crash, timeout) is a score; a fault of the machinery (no sandbox can run here, the sandbox broke while
+the program ran, a checker raised) is not: it raises `rlvr.sandbox.SandboxError`, which a `RewardFunction`
+records as that sample's failure (left out of its group and the loss, counted), never a 0. `code_rewards`
+scores many completions in one batch (faster); a `RewardFunction` uses it through the registry's batch hook,
+so a whole step's completions go to the sandbox in one `rlvr.sandbox.run_many`, and one program's failure
+costs only that program. With `backend: remote` (or `sandbox_urls`) the programs run on sandbox servers
+(`rlvr sandbox serve`, or a SandboxFusion deployment) and are judged here with the same checkers: the same
+verdicts; a server that fails is a machinery failure of the programs it held (docs/services.md).
 """
 from __future__ import annotations
 
 import ast
+import os
 import re
 from typing import Any, Literal
 
@@ -89,12 +95,28 @@ def stub_helpers(stub: str, entry_point: str) -> str:
                         and getattr(stmt, "name", None) != entry_point)
 
 
+def sandbox_backend(backend: str = "auto", sandbox_urls: str | list[str] | None = None,
+                    sandbox_token_env: str = "RLVR_SANDBOX_TOKEN", sandbox_protocol: str | None = None) -> Any:
+    """What `rlvr.sandbox.run_many` is given: the backend's name, or for `sandbox_urls` (a comma-separated string or a
+    list of server URLs) the remote backend of those servers, with the token read from the environment variable
+    `sandbox_token_env` (a recipe names the variable, never the token). Raises ValueError for `sandbox_urls` with a
+    backend other than remote (or auto)."""
+    if sandbox_urls is None:
+        return backend
+    if backend not in ("auto", "remote"):
+        raise ValueError(f"code verifier: sandbox_urls needs backend 'remote', got backend {backend!r}")
+    return sandbox.remote_backend(sandbox_urls, os.environ.get(sandbox_token_env) or None, sandbox_protocol)
+
+
 def code_rewards_batch(completions: list[str], samples: list[dict[str, Any]], *,
-                       mode: Literal["fraction", "all"] = "fraction", backend: str = "auto") -> list[Any]:
+                       mode: Literal["fraction", "all"] = "fraction", backend: str = "auto",
+                       sandbox_urls: str | list[str] | None = None, sandbox_token_env: str = "RLVR_SANDBOX_TOKEN",
+                       sandbox_protocol: str | None = None) -> list[Any]:
     """The registry's batch hook for `code`: `code_rewards`, except that a malformed sample costs only
     itself (its entry is the ValueError, which `RewardFunction` records as that sample's failure)."""
     if mode not in ("fraction", "all"):
         raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
+    backend = sandbox_backend(backend, sandbox_urls, sandbox_token_env, sandbox_protocol)
     out: list[Any] = [None] * len(completions)
     good: list[int] = []
     jobs = []
@@ -111,24 +133,32 @@ def code_rewards_batch(completions: list[str], samples: list[dict[str, Any]], *,
 
 @verifier("code", batch=code_rewards_batch, score_range=(0.0, 1.0))
 def code_reward(completion: str, sample: dict[str, Any], *, mode: Literal["fraction", "all"] = "fraction",
-                backend: str = "auto") -> dict[str, Any] | None:
+                backend: str = "auto", sandbox_urls: str | list[str] | None = None,
+                sandbox_token_env: str = "RLVR_SANDBOX_TOKEN", sandbox_protocol: str | None = None) -> dict[str, Any]:
     """Score a completion's program against `sample["tests"]` (see the module docstring).
 
     Args:
         mode: "fraction" (share of tests passed) or "all" (1.0 only when every test passes, else 0.0).
-        backend: sandbox backend: auto, docker, bwrap (or none: no isolation, trusted code only).
+        backend: sandbox backend: auto, docker, bwrap, remote (servers of `RLVR_SANDBOX_URL`), or none (no
+            isolation, trusted code only).
+        sandbox_urls: sandbox servers (`rlvr sandbox serve` or SandboxFusion) to run the programs on, instead of
+            `RLVR_SANDBOX_URL`; their token is read from the environment variable `sandbox_token_env`;
+            `sandbox_protocol`: auto, rlvr or sandboxfusion (docs/services.md).
     Raises:
         ValueError: unknown mode, missing `tests`, an unknown `language`, or malformed tests/checker/limits
             (the message names them).
+        rlvr.sandbox.SandboxError: no sandbox can run here, or it failed while judging (not the program's fault).
     """
-    return code_rewards([completion], [sample], mode=mode, backend=backend)[0]
+    return code_rewards([completion], [sample], mode=mode,
+                        backend=sandbox_backend(backend, sandbox_urls, sandbox_token_env, sandbox_protocol))[0]
 
 
 def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
-                 mode: Literal["fraction", "all"] = "fraction", backend: str = "auto") -> list[dict[str, Any] | None]:
+                 mode: Literal["fraction", "all"] = "fraction", backend: Any = "auto") -> list[dict[str, Any]]:
     """`code_reward` for many completions at once, in order: the throughput path (one `rlvr.sandbox.run_many`,
     so several programs share each sandbox exec and run in parallel). Raises ValueError naming the index of
-    the first malformed sample."""
+    the first malformed sample, and `rlvr.sandbox.SandboxError` when the machinery failed for any of them
+    (`code_rewards_batch` keeps the others' scores instead)."""
     if mode not in ("fraction", "all"):
         raise ValueError(f"code verifier: mode must be 'fraction' or 'all', got {mode!r}")
     jobs = []
@@ -137,7 +167,11 @@ def code_rewards(completions: list[str], samples: list[dict[str, Any]], *,
             jobs.append(build_job(completion, sample))
         except ValueError as e:
             raise ValueError(f"code verifier, sample {i}: {e}") from None
-    return _judge_jobs(jobs, mode, backend)
+    scored = _judge_jobs(jobs, mode, backend)
+    failed = next((x for x in scored if isinstance(x, BaseException)), None)
+    if failed is not None:
+        raise failed
+    return scored
 
 
 def build_job(completion: str, sample: dict[str, Any]) -> sandbox.Job:
@@ -156,12 +190,15 @@ def build_job(completion: str, sample: dict[str, Any]) -> sandbox.Job:
     )
 
 
-def _judge_jobs(jobs: list[sandbox.Job], mode: Literal["fraction", "all"], backend: str) -> list[dict[str, Any] | None]:
+def _judge_jobs(jobs: list[sandbox.Job], mode: Literal["fraction", "all"],
+                backend: Any) -> list[dict[str, Any] | sandbox.SandboxError]:
+    """Per job its score dict, or the SandboxError that kept it from a verdict (a machinery failure)."""
     try:
         results = sandbox.run_many(jobs, backend=backend)
-    except sandbox.SandboxUnavailable:
-        return [None] * len(jobs)
-    return [score_result(result, mode) for result in results]
+    except sandbox.SandboxError as e:
+        return [e] * len(jobs)
+    return [sandbox.SandboxError(f"the sandbox failed while judging: {result.error}") if result.error
+            else score_result(result, mode) for result in results]
 
 
 def score_result(result: sandbox.JudgeResult, mode: Literal["fraction", "all"] = "fraction") -> dict[str, Any]:

@@ -62,12 +62,18 @@ def check_r1_format(
     answer_tag: str = "answer",
     prefilled_think: bool = False,
 ) -> FormatVerdict:
-    """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then only
-    whitespace. A block is empty when it shows nothing (:func:`is_blank`: zero-width and other invisible
-    characters count as nothing).
+    """Check that ``completion`` is one non-empty think block, then one non-empty answer block, then nothing.
 
-    Leading whitespace is allowed before the think block and only whitespace between the two blocks; a
-    trailing end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When
+    One rule for the whole completion: what shows nothing counts as nothing (:func:`is_blank`: whitespace,
+    zero-width and other format characters such as U+FEFF, U+200B-U+200D, U+2060 and U+00AD, blank lookalikes,
+    marks with nothing to attach to). So a block of them alone is empty, and they are no text before
+    ``<think>``, between the blocks or after ``</answer>``. This is the strict choice for a reward: counting them as
+    text would let a policy fill a block with zero-width spaces and be paid for an answer no reader sees, while a
+    byte-order mark that a tokenizer or server puts first must not cost a sample its reward (the same mark is
+    ignored between and after the blocks).
+
+    Only such blank characters are allowed before the think block and between the two blocks; a trailing
+    end-of-turn token (``<|im_end|>``, ``</s>``, ...) is ignored. Tags are case-sensitive. When
     the chat template already put ``<think>`` in the prompt (``prefilled_think``),
     the completion starts inside the think block, so the opening tag is added back before checking (a
     completion that repeats it is accepted too).
@@ -81,14 +87,14 @@ def check_r1_format(
     if think_tag == answer_tag:
         raise ValueError(f"think_tag and answer_tag must differ, both are {think_tag!r}")
     t_open, t_close, a_open, a_close = f"<{think_tag}>", f"</{think_tag}>", f"<{answer_tag}>", f"</{answer_tag}>"
-    text = _END_OF_TURN.sub("", completion)  # an end-of-turn token kept by the decoder is not trailing text
-    if prefilled_think and not text.lstrip().startswith(t_open):
+    text = _without_end_of_turn(completion)  # an end-of-turn token kept by the decoder is not trailing text
+    if prefilled_think and not _lstrip_blank(text).startswith(t_open):
         text = t_open + text
     for tag in (t_open, t_close, a_open, a_close):
         count = text.count(tag)
         if count != 1:
             return FormatVerdict(False, f"{tag} appears {count} times, expected once")
-    body = text.lstrip()
+    body = _lstrip_blank(text)
     if not body.startswith(t_open):
         return FormatVerdict(False, f"text before {t_open}")
     think_end = body.index(t_close)
@@ -105,6 +111,30 @@ def check_r1_format(
     if not is_blank(body[answer_end + len(a_close) :]):
         return FormatVerdict(False, f"text after {a_close}")
     return FormatVerdict(True, "ok")
+
+
+def _lstrip_blank(text: str) -> str:
+    start = 0
+    while start < len(text) and is_blank(text[start]):
+        start += 1
+    return text[start:]
+
+
+def _rstrip_blank(text: str) -> str:
+    end = len(text)
+    while end > 0 and is_blank(text[end - 1]):
+        end -= 1
+    return text[:end]
+
+
+def _without_end_of_turn(text: str) -> str:
+    """``text`` without the end-of-turn tokens it ends with, blank characters around them included."""
+    while True:
+        stripped = _rstrip_blank(text)
+        m = _END_OF_TURN.search(stripped)
+        if m is None:
+            return stripped
+        text = stripped[: m.start()]
 
 
 def prompt_prefills_think(prompt: str, think_tag: str = "think") -> bool:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from rlvr.verifiers.format_tags import prompt_prefills_think
 from rlvr.verifiers.math_compare import CompareConfig, answers_equal, equal_up_to_constants
 from rlvr.verifiers.math_extract import EXTRACTION_MODES, extract_answer, has_unclosed_box, labelled_box_parts
+from rlvr.verifiers.math_huge import huge_equal
 from rlvr.verifiers.math_normalize import normalize
 from rlvr.verifiers.math_parse import Answer, AnswerParseError, Scalar, Seq, parse_answer
 from rlvr.verifiers.registry import verifier
@@ -126,12 +127,16 @@ def judge_math(
         if gold_answer is None:
             return MathVerdict(None, gold_text, pred_text, "gold unparseable")
         return MathVerdict(False, gold_text, pred_text, "answer unparseable")
-    if isinstance(gold_answer, Scalar) and gold_answer.too_large:
-        if isinstance(pred_answer, Scalar) and pred_answer.too_large and answers_equal(gold_answer, pred_answer, cfg):
-            return MathVerdict(True, gold_text, pred_text, "same expression")
+    gold_huge = isinstance(gold_answer, Scalar) and gold_answer.too_large
+    if gold_huge or isinstance(pred_answer, Scalar) and pred_answer.too_large:
+        # compared exactly in a canonical power form (math_huge): equal, provably different, or undecided
+        if answers_equal(gold_answer, pred_answer, cfg):
+            return MathVerdict(True, gold_text, pred_text, "equal")
+        if not gold_huge:
+            return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")
+        if isinstance(pred_answer, Scalar) and huge_equal(gold_answer.value, pred_answer.value) is False:
+            return MathVerdict(False, gold_text, pred_text, "not equal")
         return MathVerdict(None, gold_text, pred_text, "gold too large to evaluate")
-    if isinstance(pred_answer, Scalar) and pred_answer.too_large:
-        return MathVerdict(False, gold_text, pred_text, "answer too large to evaluate")
     if answers_equal(gold_answer, pred_answer, cfg):
         return MathVerdict(True, gold_text, pred_text, "equal")
     if equal_up_to_constants(gold_answer, pred_answer, cfg, problem=problem):
@@ -187,7 +192,16 @@ def _cache_key(
     return (str(gold), answer, min_sig_digits, _problem_of(sample, problem_field))
 
 
-@verifier("math", cache_key=_cache_key, score_range=(0.0, 1.0))
+UNDECIDED_REASONS = frozenset({"answer unparseable", "answer too large to evaluate"})
+"""Reasons of a 0 that is not a decision: the response has an answer, but the rules cannot read or evaluate it (a
+``fallback_for: math`` verifier, e.g. a judge, scores these)."""
+
+
+def _undecided(score: float | None, extras: dict) -> bool:
+    return score is None or extras.get("reason") in UNDECIDED_REASONS
+
+
+@verifier("math", cache_key=_cache_key, score_range=(0.0, 1.0), undecided=_undecided)
 def math_reward(
     completion: str,
     sample: dict,

@@ -18,8 +18,12 @@ Rules, each a known failure of looser checkers:
   equal when one is a nonzero multiple of the other, inequalities when one is a positive multiple
   (``-x > -1`` is ``x < 1``); a one-variable relation equals the interval it describes
   (``m \\geq \\sqrt 2`` is ``[\\sqrt 2, \\infty)``);
+* a prediction's chain ``a = b = c`` states an answer only when its members agree, symbolically or numerically
+  (``x = 12/2 = 6``; ``x = 70/9 \\approx 7.78``): ``x = 5 = 6`` and ``1 + 1 = 3`` state none, whatever the last
+  member is;
 * units must agree when both sides name known units; percent and degrees convert (``28\\%`` is ``28`` and
-  ``0.28``; ``30^\\circ`` is ``\\pi/6``);
+  ``0.28``; ``30^\\circ`` is ``\\pi/6``); degrees and radians are angle units that convert
+  (``\\pi/3 \\text{ rad}`` is ``60^\\circ``), never equal as bare numbers (``60 \\text{ rad}`` is not ``60^\\circ``);
 * general solutions are equal up to renaming the arbitrary constants that appear on one side only and not
   in the problem (:func:`equal_up_to_constants`: ``A + B/x - x`` is ``-x + C + D/x``).
 """
@@ -35,8 +39,10 @@ import mpmath
 import sympy
 from sympy.core.function import AppliedUndef
 
+from rlvr.verifiers.math_huge import huge_equal
 from rlvr.verifiers.math_numeric import evaluate, evaluate_or_undecided
 from rlvr.verifiers.math_parse import Answer, Choice, Region, Relation, Scalar, Seq, Text, is_label
+from rlvr.verifiers.math_sets import solution_set
 from rlvr.verifiers.math_units import bare_amount_ratios, units_compatible
 
 _SAMPLE_POINTS = (
@@ -97,6 +103,10 @@ def _seqs_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
     if isinstance(gold, Seq) and isinstance(pred, Region) and (gold.open_pair or _relations_only(gold)):
         return _regions_equal(gold, pred, cfg)
     if isinstance(pred, Seq) and isinstance(gold, Region) and (pred.open_pair or _relations_only(pred)):
+        return _regions_equal(gold, pred, cfg)
+    if isinstance(gold, Seq) and isinstance(pred, Seq) and (
+        gold.open_pair and _relations_only(pred) or pred.open_pair and _relations_only(gold)
+    ):  # "(0, 1)" against "x > 0 and x < 1"
         return _regions_equal(gold, pred, cfg)
     if isinstance(gold, Seq) and isinstance(pred, Scalar) and isinstance(pred.value, sympy.MatrixBase):
         return _vector_equal(gold, pred, cfg)
@@ -179,7 +189,14 @@ def _to_set(answer: Answer) -> sympy.Set | None:
         return _relation_to_set(answer)
     if isinstance(answer, Seq) and answer.kind == "list" and all(isinstance(i, Relation) for i in answer.items):
         sets = [_relation_to_set(i) for i in answer.items if isinstance(i, Relation)]  # "x < 2 or x > 3"
-        return None if any(s is None for s in sets) else sympy.Union(*sets)
+        if any(s is None for s in sets):
+            return None
+        if any("=" in i.ops for i in answer.items if isinstance(i, Relation)):
+            return sympy.Union(*sets)  # "x = 1 and x = 2": the solutions listed
+        # conditions: "and" is both ("x > 0 and x < 1" is (0, 1), not every real), "or" either; commas do not say
+        if answer.joined == "and":
+            return sympy.Intersection(*sets)
+        return sympy.Union(*sets) if answer.joined == "or" else None
     if isinstance(answer, Seq) and answer.kind in ("set", "list") and all(isinstance(i, Scalar) for i in answer.items):
         return sympy.FiniteSet(*[i.value for i in answer.items if isinstance(i, Scalar)])
     return None
@@ -255,24 +272,86 @@ def _relations_equal(gold: Answer, pred: Answer, cfg: CompareConfig) -> bool:
 def _chain_values(rel: Relation, lenient: bool = False) -> list[Answer] | None:
     """What an equality chain says the answer is, or None when it is an equation to compare as such.
 
-    ``x = 3`` and ``k \\in S`` (a name on the left) give their right side; a chain of two or more ``=``
+    ``x = 3`` and ``k \\in S`` (a name on the left) give their right side; a gold chain of two or more ``=``
     (``1 + 1 = 2 = z``... a computation) gives its last step; with ``\\approx`` the exact value before it
-    counts, plus (``lenient``, for predictions) each approximation that is a correct rounding of it
-    (``70/9 \\approx 7.78``). ``lenient`` also reads ``1/2 = 10/9`` as its last step.
+    counts. ``lenient`` (a prediction) reads any chain, ``1 + 1 = 2`` included, but only one whose members agree
+    (:func:`_agreeing_members`): ``x = 5 = 6`` and ``1 + 1 = 3`` contradict themselves and are no answer.
     """
     if not all(op in ("=", "~", "in") for op in rel.ops):
         return None
     named = is_label(rel.parts[0])
-    if not (named or lenient or len(rel.ops) >= 2 or _numeric_identity(rel)):
+    if lenient:
+        return _agreeing_members(rel, named)
+    if not (named or len(rel.ops) >= 2 or _numeric_identity(rel)):
         return None
     if "~" not in rel.ops:
         return [rel.parts[-1]]
     k = rel.ops.index("~")
     exact = rel.parts[k + 1] if k == 0 and named else rel.parts[k]
-    values = [exact]
-    if lenient:
-        values += [p for p in rel.parts[k + 1 :] if p is not exact and _is_rounding_of(p, exact)]
+    return [exact]
+
+
+def _agreeing_members(rel: Relation, named: bool) -> list[Answer] | None:
+    """The values a prediction's chain states (after the name, if it starts with one), when they agree: each
+    ``=`` joins equal members (symbolically or numerically; ``70/9 = 7.78`` also counts, a decimal that is the
+    exact value rounded), each ``\\approx`` an approximation of the last exact member (rounded or cut off at its
+    last digit). Returns the exact members and the correctly rounded approximations, any of which is the answer
+    (``x = 12/2 = 6``, ``x = 1/3 \\approx 0.33``); None when two members disagree (``x = 5 = 6``, ``1 + 1 = 3``,
+    ``x = 1/3 \\approx 1.3``) or a member cannot be read."""
+    members, ops = (rel.parts[1:], rel.ops[1:]) if named else (rel.parts, rel.ops)
+    if "in" in ops:
+        return None
+    if rel.congruence:
+        return [members[-1]]  # "2^{100} \\equiv 1 \\mod 3": the residue; its members agree modulo 3, not as numbers
+    values = [members[0]]
+    exact = members[0]
+    for op, prev, nxt in zip(ops, members[:-1], members[1:], strict=True):
+        if op == "=":
+            if _same_member(prev, nxt):
+                values.append(nxt)
+                exact = nxt if prev is exact else exact
+            elif _decimal_rounding(nxt, prev) or _decimal_rounding(prev, nxt):
+                values.append(nxt)
+            elif _substitution(rel, named, prev, nxt):
+                values.append(nxt)
+                exact = nxt
+            else:
+                return None
+        elif _is_rounding_of(nxt, exact):
+            values.append(nxt)
+        elif not _approximates(nxt, exact):
+            return None
     return values
+
+
+def _substitution(rel: Relation, named: bool, formula: Answer, value: Answer) -> bool:
+    """``A = \\frac{1}{2}bh = 12``: a formula in the problem's quantities, then its value at the given ones, which
+    cannot be checked here. Only in an assignment (not of a quantity the formula holds: ``x = 2x = 6`` is an
+    equation) or as the first of three or more members (``\\frac12 bh = \\frac12 (6)(4) = 12``); ``x + 1 = 3``
+    and ``(x+1)^2 = x^2 + 1`` are equations, not substitutions."""
+    if not (isinstance(formula, Scalar) and isinstance(value, Scalar)) or formula.too_large or value.too_large:
+        return False
+    if not isinstance(formula.value, sympy.Expr) or not isinstance(value.value, sympy.Expr):
+        return False
+    if not formula.value.free_symbols or value.value.free_symbols:
+        return False
+    if named:
+        label = rel.parts[0]
+        names = label.value.free_symbols if isinstance(label, Scalar) and isinstance(label.value, sympy.Basic) else set()
+        return not names & formula.value.free_symbols
+    return len(rel.parts) >= 3 and formula is rel.parts[0]
+
+
+def _decimal_rounding(approx: Answer, exact: Answer) -> bool:
+    """``approx`` is a decimal, ``exact`` is written without decimals, and the decimal is it correctly rounded."""
+    return (
+        isinstance(approx, Scalar) and isinstance(exact, Scalar) and approx.decimal_digits is not None
+        and exact.decimal_digits is None and _is_rounding_of(approx, exact)
+    )
+
+
+def _same_member(a: Answer, b: Answer) -> bool:
+    return a == b or answers_equal(a, b) or answers_equal(b, a)
 
 
 def _numeric_identity(rel: Relation) -> bool:
@@ -285,30 +364,39 @@ def _numeric_identity(rel: Relation) -> bool:
     return _numbers_equal(lhs, rhs, None, None, CompareConfig())
 
 
-def _is_rounding_of(approx: Answer, exact: Answer) -> bool:
+def _approximates(approx: Answer, exact: Answer) -> bool:
+    """``approx`` is ``exact`` to the digits it is written with, rounded or cut off (``2/3 \\approx 0.666``):
+    within one unit of its last digit."""
+    return _is_rounding_of(approx, exact, tolerance=sympy.Integer(1))
+
+
+def _is_rounding_of(approx: Answer, exact: Answer, tolerance: sympy.Rational = sympy.Rational(1, 2)) -> bool:
     if not (isinstance(approx, Scalar) and isinstance(exact, Scalar)) or approx.too_large or exact.too_large:
         return False
     a, e = approx.value, exact.value
     if not (isinstance(a, sympy.Expr) and isinstance(e, sympy.Expr)) or a.free_symbols or e.free_symbols:
         return False
-    if approx.decimal_digits is None:  # an integer approximation: within half a unit
+    if approx.decimal_digits is None:  # an integer approximation: within half a unit (``tolerance`` units)
         a_value, e_value = evaluate(a, 30), evaluate(e, 30)
         if a_value is None or e_value is None:
             return False
         with mpmath.workdps(30):
-            return bool(abs(a_value - e_value) <= 0.5)
-    return rounds_to(a, approx.decimal_digits, e)
+            return bool(abs(a_value - e_value) <= mpmath.mpf(int(tolerance.p)) / int(tolerance.q))
+    return rounds_to(a, approx.decimal_digits, e, tolerance=tolerance)
 
 
-def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
+def rounds_to(
+    approx: sympy.Expr, sig_digits: int, exact: sympy.Expr, *, tolerance: sympy.Rational = sympy.Rational(1, 2)
+) -> bool:
     """True when ``exact`` rounded to ``sig_digits`` significant digits is ``approx``: the decimal is the
     exact value at the precision it is written in (``0.333333`` for ``1/3``, not ``0.333334``; ``0.666667``
-    for ``2/3``). Exact arithmetic: ``|approx - exact| <= 0.5`` units of the decimal's last digit.
+    for ``2/3``). Exact arithmetic: ``|approx - exact| <= tolerance`` units of the decimal's last digit.
 
     Args:
         approx: the decimal's value (an exact rational for a plain decimal literal); nonzero.
         sig_digits: significant digits it was written with (``0.3330`` has 4).
         exact: the exact value it claims to approximate; a number, no free symbols.
+        tolerance: units of the last digit; 1/2 (the default) is a correct rounding, 1 also admits a cut-off.
     """
     if sig_digits < 1:
         raise ValueError(f"sig_digits must be >= 1, got {sig_digits}")
@@ -323,7 +411,7 @@ def rounds_to(approx: sympy.Expr, sig_digits: int, exact: sympy.Expr) -> bool:
             exponent += 1
         while magnitude < sympy.Integer(10) ** exponent:
             exponent -= 1
-    half_unit = sympy.Rational(1, 2) * sympy.Integer(10) ** (exponent - sig_digits + 1)
+    half_unit = tolerance * sympy.Integer(10) ** (exponent - sig_digits + 1)
     diff = evaluate(approx - exact, sig_digits + 30)
     half = evaluate(half_unit, 30)
     if diff is None or half is None:
@@ -343,7 +431,9 @@ def _both_relations_equal(gold: Relation, pred: Relation, cfg: CompareConfig) ->
     if g_values is not None and not g_named and p_values is not None:  # computation chains: last steps
         if len(gold.ops) >= 2:
             return any(answers_equal(g_values[0], v, cfg) for v in p_values)
-    if g_named and not p_named and len(pred.ops) > 1 and all(op == "=" for op in pred.ops):
+    if g_named and not p_named and len(pred.ops) > 1 and all(op == "=" for op in pred.ops) and (
+        _agreeing_members(Relation(pred.ops[1:], pred.parts[1:]), False) is not None  # "y = 2x = 3x" contradicts
+    ):
         return answers_equal(gold, Relation(("=",), (pred.parts[0], pred.parts[-1])), cfg)
     if len(gold.ops) == len(pred.ops) == 1 and _sides_are_scalars(gold) and _sides_are_scalars(pred):
         if _single_relations_equal(gold, pred):
@@ -439,25 +529,7 @@ def _relation_to_set(rel: Relation) -> sympy.Set | None:
         return target.value if isinstance(target, Region) else None
     if not _sides_are_scalars(rel) or rel.ops == ("=",) and is_label(rel.parts[0]):
         return None
-    exprs = [p.value for p in rel.parts if isinstance(p, Scalar)]
-    unknowns: set[sympy.Basic] = set()
-    for e in exprs:
-        unknowns |= e.free_symbols
-        unknowns |= {a for a in e.atoms(AppliedUndef)}
-    # f(x) counts as the variable, not the x inside it ("0 < f(x) < 1")
-    inside_calls = {s for a in unknowns if isinstance(a, AppliedUndef) for s in a.free_symbols}
-    variables = unknowns - inside_calls
-    if len(variables) != 1:
-        return None
-    var = variables.pop()
-    x = sympy.Dummy("x", real=True)
-    exprs = [e.subs(var, x) for e in exprs]
-    ops = {"<": sympy.Lt, "<=": sympy.Le, ">": sympy.Gt, ">=": sympy.Ge, "=": sympy.Eq, "!=": sympy.Ne}
-    try:
-        conditions = [ops[op](exprs[i], exprs[i + 1]) for i, op in enumerate(rel.ops)]
-        return sympy.And(*conditions).as_set()
-    except Exception:  # noqa: BLE001
-        return None
+    return solution_set(rel.ops, [p.value for p in rel.parts if isinstance(p, Scalar)])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -466,14 +538,20 @@ def _relation_to_set(rel: Relation) -> sympy.Set | None:
 
 def scalars_equal(gold: Scalar, pred: Scalar, cfg: CompareConfig = CompareConfig()) -> bool:
     """Compare two scalars: base subscripts, units, percent and degrees first, then the values."""
-    if gold.too_large or pred.too_large:
-        return gold.too_large and pred.too_large and sympy.srepr(gold.value) == sympy.srepr(pred.value)
+    if gold.too_large or pred.too_large:  # exact, through the canonical power form (never evaluated, never printed)
+        if gold.percent != pred.percent or gold.degree != pred.degree or not units_compatible(pred.unit, gold.unit)[0]:
+            return False
+        return huge_equal(gold.value, pred.value) is True
     if gold.base is not None or pred.base is not None:
         if gold.base is not None and pred.base is not None:
             return gold.base == pred.base and gold.value == pred.value
         based = gold if gold.base is not None else pred
         other = pred if gold.base is not None else gold
         return other.source.strip() == based.digits
+    if gold.degree or pred.degree or _in_radians(gold) or _in_radians(pred):
+        angles = _angles_equal(gold, pred, cfg)
+        if angles is not None:
+            return angles
     ok, ratio = units_compatible(pred.unit, gold.unit)
     if not ok:
         return False
@@ -495,6 +573,36 @@ def scalars_equal(gold: Scalar, pred: Scalar, cfg: CompareConfig = CompareConfig
             else:
                 candidates = [c * sympy.pi / 180 for c in candidates]
     return any(_values_equal(g_value, c, gold.decimal_digits, pred.decimal_digits, cfg) for c in candidates)
+
+
+_ANGLE = (("angle", 1),)
+
+
+def _in_radians(s: Scalar) -> bool:
+    return s.unit is not None and s.unit.known and s.unit.dimension == _ANGLE
+
+
+def _angles_equal(gold: Scalar, pred: Scalar, cfg: CompareConfig) -> bool | None:
+    """Angle units are units: degrees against radians convert (``\\pi/3`` rad is ``60^\\circ``), so the bare
+    numbers never match (``60`` rad is not ``60^\\circ``); an angle is never a length or a mass. None when at
+    most one side names an angle unit and the other none (the general rules decide: a bare number is read in
+    the named unit, or as radians where it holds ``\\pi``)."""
+    sides = []
+    for s in (gold, pred):
+        other_unit = s.unit is not None and s.unit.known and not _in_radians(s)
+        if s.degree and other_unit:
+            return False  # "60^\\circ cm"
+        sides.append("deg" if s.degree else "rad" if _in_radians(s) else "other" if other_unit else None)
+    g_kind, p_kind = sides
+    if g_kind is None or p_kind is None or g_kind == p_kind:
+        return None
+    if "other" in sides:
+        return False  # "60^\\circ" against "60 cm"
+    g_value = gold.value * sympy.pi / 180 if g_kind == "deg" else gold.value
+    p_value = pred.value * sympy.pi / 180 if p_kind == "deg" else pred.value
+    if gold.percent != pred.percent:
+        return False
+    return _values_equal(g_value, p_value, gold.decimal_digits, pred.decimal_digits, cfg)
 
 
 def _has_pi(value: sympy.Basic) -> bool:
@@ -693,7 +801,7 @@ def _subs_answer(answer: Answer, mapping: dict[sympy.Symbol, sympy.Symbol]) -> A
             return None if any(i is None for i in items) else dataclasses.replace(answer, items=tuple(items))
         if isinstance(answer, Relation):
             parts = [_subs_answer(p, mapping) for p in answer.parts]
-            return None if any(p is None for p in parts) else Relation(answer.ops, tuple(parts))
+            return None if any(p is None for p in parts) else dataclasses.replace(answer, parts=tuple(parts))
     except (TypeError, ValueError, AttributeError):
         return None
     return answer

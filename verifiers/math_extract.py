@@ -19,8 +19,9 @@ Order of evidence (the first that exists wins):
 7. An answer stated first and then explained, in a short opening (at most two sentences) before a cue
    such as "Here is how", "To see why", "Explanation:", ", because": "There are 10 objects. Here is how
    to count them: ... (5) ... (4)" -> ``10``; unless the explanation concludes anew ("So there are 12.").
-8. The last sentence that holds math: its math after the last "is"/"=", else its last ``$...$``, else
-   its last number. A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
+8. The last sentence that holds math or a number in words: its math after the last "is"/"=", else its last
+   ``$...$``, else its last number, in digits or in words ("We have 3 apples ... so there are twelve" ->
+   ``twelve``). A final sentence ending in an operator (``... = ``) is a truncated response: no answer.
 
 Two extraction modes (``extraction=``):
 
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import re
 
-from rlvr.verifiers.math_words import number_from_words
+from rlvr.verifiers.math_words import find_number_phrases, value_from_words
 
 MAX_CHARS = 30_000
 """Only the last 30,000 characters of a response are searched (the final answer is at the end); this
@@ -219,7 +220,7 @@ def extract_answer(
             if reduced is not None:
                 return reduced
         group = _last_box_group(text, boxes)
-        parts = [_strip_outer(content) for content in group]
+        parts = [_strip_outer(_without_answer_phrase(content)) for content in group]
         parts = [p for p in parts if p]
         return ", ".join(parts) if parts else None
     if anchor is not None:
@@ -308,6 +309,37 @@ def _has_unclosed_box(text: str) -> bool:
         if i < len(text) and text[i] == "{" and i not in pairs:
             return True
     return False
+
+
+# "The answer is", "Final answer:", "Answer =" opening a box's content, optionally inside \text{...}.
+_BOX_ANSWER_PHRASE = re.compile(
+    r"^\s*(?P<wrap>\\(?:text|textbf|textit|textrm|textnormal|mathrm|mbox)\s*\{)?\s*"
+    r"(?:(?:so|thus|therefore|hence),?\s+)?(?:the\s+)?(?:final\s+|correct\s+)?(?:answer|result)\s*(?:is\b|[:=：])\s*:?\s*",
+    re.IGNORECASE,
+)
+
+
+def _without_answer_phrase(content: str) -> str:
+    """A box's content without an answer phrase it opens with: ``\\text{The answer is } 12`` and
+    ``\\text{Answer: 12}`` are ``12``; anything else is returned as it is."""
+    m = _BOX_ANSWER_PHRASE.match(content)
+    if m is None:
+        return content
+    rest = content[m.end() :]
+    if m.group("wrap"):  # drop the brace that closed the \text{ the phrase opened
+        depth = 0
+        for i, ch in enumerate(rest):
+            if ch == "{" and (i == 0 or rest[i - 1] != "\\"):
+                depth += 1
+            elif ch == "}" and (i == 0 or rest[i - 1] != "\\"):
+                if depth == 0:
+                    inside, after = rest[:i].strip(), rest[i + 1 :].strip()
+                    rest = f"{inside} {after}".strip() if inside else after
+                    break
+                depth -= 1
+        else:
+            return content
+    return rest.strip() or content
 
 
 def _last_box_group(text: str, boxes: list[tuple[int, int, str]]) -> list[str]:
@@ -418,7 +450,7 @@ def _reduce(candidate: str) -> str | None:
         return None
     if _TRUNCATED_END.search(candidate):
         return None
-    if number_from_words(candidate.rstrip(".")) is not None:  # "The answer is twenty-one."
+    if value_from_words(candidate.rstrip(".")) is not None:  # "The answer is twenty-one.", "three and a half"
         return candidate.rstrip(".")
     if _CHOICE_WITH_TEXT.match(candidate):  # "The answer is C: the second option."
         return _strip_outer(candidate)
@@ -438,16 +470,69 @@ def _reduce(candidate: str) -> str | None:
             reduced = _reduce(tail)
             if reduced is not None:
                 return reduced
-        return _env_content(envs[-1]).strip().rstrip(".").strip() or None
+        last = _env_content(envs[-1]).strip().rstrip(".").strip()
+        return (last + _unit_after(candidate, envs[-1].end())) if last else None
     if _is_bare_answer(candidate):
         return _strip_outer(candidate)
     tail = _after_copula(candidate)
     if tail is not None and tail != candidate and _is_bare_answer(tail.strip().rstrip(".")):
         return _strip_outer(tail.strip().rstrip("."))
-    numbers = list(_NUMBER.finditer(tail if tail is not None and _NUMBER.search(tail) else candidate))
-    if numbers:
-        return numbers[-1].group().strip()
-    return None
+    if tail is not None and _stated_number(tail, after_copula=True) is not None:
+        return _stated_number(tail, after_copula=True)
+    return _stated_number(candidate, after_copula=False)
+
+
+def _stated_number(text: str, after_copula: bool) -> str | None:
+    """The number ``text`` states, in digits or in words. After "is"/"are"/"=" (``after_copula``) the last number in
+    digits, unless words come first ("so there are twelve, from 3 and 9" gives ``twelve``; "there are 12 ways to pick
+    two" gives ``12``); elsewhere the last number ("We have 3 apples, then twelve in all" gives ``twelve``)."""
+    digits = list(_NUMBER.finditer(text))
+    words = find_number_phrases(text)
+    if not words:
+        return digits[-1].group().strip() if digits else None
+    if not digits:
+        start, end, _ = words[-1]
+    elif after_copula:
+        if words[0][0] > digits[0].start():
+            return digits[-1].group().strip()
+        start, end, _ = words[0]
+    elif words[-1][1] > digits[-1].end():
+        start, end, _ = words[-1]
+    else:
+        return digits[-1].group().strip()
+    return text[start:end]
+
+
+def _states_number_in_words(sentence: str) -> bool:
+    """A sentence without digits that states a number in words: after "is"/"are"/"="... or at its end ("In total
+    there are twelve fruits.", "She ends up with twelve."); not a number word in passing ("the two options")."""
+    phrases = find_number_phrases(sentence)
+    if not phrases:
+        return False
+    tail = _after_copula(sentence)
+    if tail is not None and find_number_phrases(tail):
+        return True
+    return phrases[-1][1] >= len(sentence.rstrip().rstrip(".!?").rstrip())
+
+
+_WORD_AFTER = re.compile(r"\s*([A-Za-z]+)\b")
+
+
+def _unit_after(text: str, end: int) -> str:
+    """`` <unit>`` when the word right after a math environment is a known unit ("$90$ degrees", "$20$ cm"), so the
+    answer keeps it; else ``""``."""
+    from rlvr.verifiers.math_units import parse_unit
+
+    m = _WORD_AFTER.match(text, end)
+    if m is None:
+        return ""
+    word = m.group(1).lower()
+    if word in ("in", "at", "s", "l", "g"):  # "$20$ in total": more often English than a unit
+        return ""
+    if word in ("degree", "degrees", "deg"):
+        return " degrees"
+    unit = parse_unit(word)
+    return f" \\text{{ {word}}}" if unit is not None and unit.known else ""
 
 
 def _env_content(env: re.Match[str]) -> str:
@@ -522,7 +607,7 @@ def _last_statement(text: str) -> str | None:
         return None
     sentences = _split_sentences(body)
     for sentence in reversed(sentences):
-        if re.search(r"\d|\$|\\\(|\\\[", sentence):
+        if re.search(r"\d|\$|\\\(|\\\[", sentence) or _states_number_in_words(sentence):
             return _reduce(sentence)
     return None
 

@@ -6,9 +6,10 @@ Each rule fixes a way model answers (and dataset golds) spell the same thing dif
 * plain-text math: ``sqrt(2)``, ``exp(16)``, ``pi/2``, ``x**2``, ``6.02e23``, ``>=``;
 * TeX shorthand: ``\\frac12``, ``\\frac94\\pi``, ``\\sqrt3`` (one-token arguments, as TeX reads them),
   ``\\dfrac``/``\\tfrac``/``\\cfrac``, ``\\left(``, spacing commands, ``\\displaystyle``;
-* number formats: ``1{,}000``, ``12,\\!000``, ``14 916``, repeating decimals ``0.\\overline{3}``;
+* number formats: mixed numbers ``2\\frac{1}{2}`` and ``4 4/9``, ``1{,}000``, ``12,\\!000``, ``14 916``, repeating decimals ``0.\\overline{3}``, ``0.(3)``, ``0.1\\dot{6}``;
+* intervals in ISO notation: ``]0, 1]`` -> ``(0, 1]``, ``[0, 1[`` -> ``[0, 1)``;
 * wrappers: ``\\text{13}`` -> ``13``, ``\\mathrm{e}`` -> ``e``, ``\\text{ and }`` -> ``and``,
-  ``\\begin{array}{cc}`` -> ``pmatrix``; degrees (``^\\circ``, ``degrees``) -> ``^{\\circ}``;
+  ``\\begin{array}{cc}`` -> ``pmatrix``; degrees (``^\\circ``, ``°``, ``degrees``, ``\\text{ deg}``) -> ``^{\\circ}``;
   percent spellings (``percent``, ``pct``, ``%``) -> ``\\%``.
 
 Nothing here decides equality; it only removes spelling differences.
@@ -44,13 +45,28 @@ _PLAIN_PI = re.compile(r"(?<![\\A-Za-z])pi(?![A-Za-z])")
 _PLAIN_INF = re.compile(r"(?<![\\A-Za-z])(?:infinity|infty|inf)(?![A-Za-z])")
 _SCIENTIFIC = re.compile(r"(?<![\w.\\])(\d+(?:\.\d+)?)[eE]([+-]?\d+)(?![\w.])")
 _DEGREE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|\^\s*\{?\s*\\text\{\s*o\s*\}\s*\}?|\\circ|\\degree)(?![A-Za-z])")
+_TEXT_DEGREE = re.compile(r"\s*\\text\s*\{\s*(?:degrees?|deg\.?|\^\{\\circ\})\s*\}", re.IGNORECASE)
 _DEGREE_WORD = re.compile(r"(?<=[\d}])\s*(?:degrees|degree|deg)\b\.?", re.IGNORECASE)
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\{\s*(?:percent|percentage|pct)\s*\}|\b(?:percentage|percent|pct)\b)")
+# "2\frac{1}{2}" is the mixed number 5/2 (latex2sympy's own rule also added 3(4) up to 7: it is off)
+_TEX_MIXED = re.compile(r"(?<![\w.\\/{}^)])([-+]?)(\d+)\s*\\frac\{(\d+)\}\{(\d+)\}")
 _PLAIN_MIXED = re.compile(r"(?<![\w.\\/{}^])([-+]?)(\d+) (\d+)/(\d+)(?![\w./])")
-_REPEATING = re.compile(r"(-?)(\d*)\.(\d*)\\overline\{(\d+)\}")
+# A repeating decimal: the repetend overlined (\overline{3}, \overline3, \bar{3}), in parentheses (0.(3), 0.8(3)),
+# or between dots (0.\dot{3}, 0.\dot{1}4\dot{2}: the digits from the first dot to the second repeat).
+_REPEATING = re.compile(
+    r"(?<![\w.])(-?)(\d*)\.(\d*)(?:\\overline\s*\{(\d+)\}|\\overline\s*(\d)|\\bar\s*\{(\d+)\}|\\bar\s*(\d)|"
+    r"\((\d+)\)(?![\w.(^])|\\dot\s*\{?(\d)\}?(?:(\d*)\\dot\s*\{?(\d)\}?)?)"
+)
 _THOUSANDS_BRACE = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)")
 _THOUSANDS_BANG = re.compile(r"(?<=\d),\s*\\!\s*(?=\d)")
 _THOUSANDS_THINSPACE = re.compile(r"(?<=\d)\\[,!](?=\d{3}(?!\d))")
+# An interval in ISO 31-11 / French notation: a bracket turned outwards is open ("]0, 1]" is (0, 1], "[0, 1[" is
+# [0, 1)). The opening bracket starts the answer or follows a separator (not "\sqrt[3]"), the closing one ends it.
+_ISO_INTERVAL = re.compile(
+    r"(?:^|(?<=[\s,;(=])|(?<=\\cup)|(?<=\\in))(?P<open>[\[\]])\s*(?P<a>[^\[\],;]+?)\s*(?P<sep>[,;])\s*"
+    r"(?P<b>[^\[\],;]+?)\s*(?P<close>[\[\]])(?=\s*$|\s*[,;)]|\s*\\cup)"
+)
+_MAX_DECIMAL_DIGITS = 4000  # Python refuses to read longer integers from text
 _SPACE_GROUPS = re.compile(r"(?<![\d.])(\d{1,3}(?: \d{3})+)(?![\d.])")
 
 
@@ -67,13 +83,16 @@ def normalize(answer: str) -> str:
     s = _THOUSANDS_BANG.sub("", s)
     s = _THOUSANDS_THINSPACE.sub("", s)
     s = _SIZED.sub("", s)
+    s = _ISO_INTERVAL.sub(_iso_interval, s)
     s = re.sub(r"\\varnothing(?![A-Za-z])", r"\\emptyset ", s)
     s = re.sub(r"\\mathbb\s*\{?\s*R\s*\}?|(?i:\ball\s+real\s+numbers\b)", r"(-\\infty, \\infty)", s)
     s = s.replace("\\lbrace", "\\{").replace("\\rbrace", "\\}").replace("\\lbrack", "[").replace("\\rbrack", "]")
     s = re.sub(r"\\[lr]?vert(?![A-Za-z])|\\mid(?![A-Za-z])", "|", s)
+    s = re.sub(r"\\(?:backslash|smallsetminus)(?![A-Za-z])|(?<=[)\]])\s*-\s*(?=\\\{)", r" \\setminus ", s)  # "(-\infty, \infty) - \{0\}"
     s = _FRAC_VARIANTS.sub(r"\\frac", s)
     s = _BINOM_VARIANTS.sub(r"\\binom", s)
     s = _TEXT_CMD.sub(r"\\text{", s)
+    s = _TEXT_DEGREE.sub(lambda _: "^{\\circ}", s)  # "60\text{ degrees}", "\mathrm{deg}", "\text{°}"
     s = _text_wrappers(s)
     s = _SPACING.sub(" ", s)
     s = _arrays_to_matrices(s)
@@ -81,6 +100,7 @@ def normalize(answer: str) -> str:
     s = _PLAIN_MIXED.sub(_mixed_to_fraction, s)
     s = _plain_text_math(s)
     s = _brace_tex_args(s)
+    s = _TEX_MIXED.sub(_tex_mixed_to_fraction, s)
     s = _DEGREE.sub(lambda _: "^{\\circ}", s)
     s = _DEGREE_WORD.sub(lambda _: "^{\\circ}", s)
     s = _PERCENT.sub("\\\\%", s)
@@ -90,6 +110,15 @@ def normalize(answer: str) -> str:
     if not re.search(r"\.\.\.\s*$|\\[lc]?dots\s*$", s):  # "1, 2, 3, ..." keeps its ellipsis
         s = re.sub(r"\s*[.,;:]+$", "", s).strip()
     return s
+
+
+def _iso_interval(m: re.Match[str]) -> str:
+    """``]a, b]`` -> ``(a, b]``, ``[a; b[`` -> ``[a, b)``; an interval with both brackets the usual way stays."""
+    if m.group("open") == "[" and m.group("close") == "]":
+        return m.group(0)
+    opener = "(" if m.group("open") == "]" else "["
+    closer = ")" if m.group("close") == "[" else "]"
+    return f"{opener}{m.group('a')}, {m.group('b')}{closer}"
 
 
 def _unicode(s: str) -> str:
@@ -142,8 +171,22 @@ def _mixed_to_fraction(m: re.Match[str]) -> str:
     return f"{'-' if sign == '-' else ''}\\frac{{{whole * den + num}}}{{{den}}}"
 
 
+def _tex_mixed_to_fraction(m: re.Match[str]) -> str:
+    """``2\\frac{1}{2}`` -> ``\\frac{5}{2}`` (the sign before it kept); an improper one (``2\\frac{3}{2}``) is a product
+    and stays."""
+    sign, whole, num, den = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    if den == 0 or num >= den:
+        return m.group(0)
+    return f"{sign}\\frac{{{whole * den + num}}}{{{den}}}"
+
+
 def _repeating_to_fraction(m: re.Match[str]) -> str:
-    sign, whole, fixed, repeat = m.group(1), m.group(2) or "0", m.group(3), m.group(4)
+    sign, whole, fixed = m.group(1), m.group(2) or "0", m.group(3)
+    repeat = next((g for g in m.groups()[3:8] if g is not None), None)
+    if repeat is None:  # dot notation: from the first dotted digit to the second
+        repeat = m.group(9) + (m.group(10) + m.group(11) if m.group(11) is not None else "")
+    if len(whole) + len(fixed) + len(repeat) > _MAX_DECIMAL_DIGITS:
+        return m.group(0)  # left for the parser to refuse
     value = Fraction(int(whole)) + (Fraction(int(fixed), 10 ** len(fixed)) if fixed else 0)
     value += Fraction(int(repeat), (10 ** len(repeat) - 1) * 10 ** len(fixed))
     return f"{sign}\\frac{{{value.numerator}}}{{{value.denominator}}}"

@@ -6,7 +6,9 @@ An answer is one of:
   degrees, unit, fewest significant digits among its decimal literals, a base subscript like ``204_5``);
 * :class:`Seq`: a tuple ``(a, b)`` (order matters), a set ``\\{a, b\\}`` or a bare list ``a, b`` / ``a and b``
   (order does not matter); ``a \\pm b`` is the list ``a + b, a - b``;
-* :class:`Region`: intervals and unions of them (``[2, \\infty)``, ``(-\\infty, 1) \\cup (1, \\infty)``);
+* :class:`Region`: intervals and unions of them (``[2, \\infty)``, ``(-\\infty, 1) \\cup (1, \\infty)``), set differences
+  (``\\mathbb{R} \\setminus \\{0\\}``) and set-builder notation (``\\{x \\mid 0 < x \\leq 1\\}``, solved by
+  :mod:`rlvr.verifiers.math_sets`);
 * :class:`Relation`: a chain ``a = b = c`` or ``x \\geq 5`` or ``x \\in [0, 1]``;
 * :class:`Text`: words (``\\text{odd}``), :class:`Choice`: a multiple-choice letter.
 
@@ -14,13 +16,14 @@ The structure (lists, tuples, relations, intervals) is split here by our own sca
 latex2sympy (the LaTeX parser math-verify uses), so structure rules stay explicit and testable. Decimal
 literals are replaced by exact fractions before parsing, so no float rounding can merge ``0.1`` and
 ``0.10000001``; their significant digits are kept for the tolerance rule in :mod:`rlvr.verifiers.math_compare`.
-Before anything is evaluated, :func:`digits_bound` bounds the size of the exact numbers evaluation would
-create; a power tower or a 10^10-digit number is kept unevaluated (``too_large``) instead of hanging.
+Before anything is evaluated, :func:`rlvr.verifiers.math_huge.digits_bound` bounds the size of the exact numbers
+evaluation would create; a power tower or a 10^10-digit number is kept unevaluated (``too_large``) instead of
+hanging, unless its large parts cancel exactly (``2^{2^{64}} - 2^{2^{64}} + 1`` is ``1``,
+:func:`rlvr.verifiers.math_huge.reduce_huge`).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,12 +32,12 @@ from typing import Literal, Union
 import sympy
 from sympy.core.function import AppliedUndef
 
+from rlvr.verifiers.math_huge import MAX_DIGITS, digits_bound, reduce_huge
+from rlvr.verifiers.math_latex import latex_to_sympy
 from rlvr.verifiers.math_normalize import normalize
+from rlvr.verifiers.math_sets import solution_set
 from rlvr.verifiers.math_units import Unit, compound_quantity, parse_unit, split_unit
-from rlvr.verifiers.math_words import fraction_from_words, is_number_word, number_from_words
-
-MAX_DIGITS = 20_000
-"""Largest exact number (in decimal digits) evaluation may create; 2004! has 5,736."""
+from rlvr.verifiers.math_words import is_number_word, value_from_words
 
 
 class AnswerParseError(ValueError):
@@ -65,6 +68,7 @@ class Seq:
     kind: Literal["tuple", "set", "list"]
     items: tuple[Answer, ...]
     open_pair: bool = False  # "(a, b)": an ordered pair or the open interval (a, b)
+    joined: str = ""  # a bare list's separators: "and", "or", "," or "mixed" ("x > 0 and x < 1" is one interval)
 
 
 @dataclass(frozen=True)
@@ -77,10 +81,12 @@ class Region:
 @dataclass(frozen=True)
 class Relation:
     """``parts[0] ops[0] parts[1] ops[1] ...``; ops are ``=``, ``~`` (approximately), ``<``, ``<=``, ``>``,
-    ``>=``, ``!=``, ``in``."""
+    ``>=``, ``!=``, ``in``. ``congruence``: an ``=`` was written ``\\equiv`` (``2^{100} \\equiv 1 \\mod 3``), so its
+    members agree modulo something, not as numbers."""
 
     ops: tuple[str, ...]
     parts: tuple[Answer, ...]
+    congruence: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,9 @@ _RELATION_OPS = {
     "\\neq": "!=", "\\ne": "!=", "\\in": "in",
 }
 _RELATION_RE = re.compile(r"\\(?:approx|simeq|equiv|leqslant|geqslant|leq|geq|le|ge|lt|gt|neq|ne|in)(?![A-Za-z])|=|<|>")
-_LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])")
+_LIST_WORD_RE = re.compile(r"(?<![A-Za-z\\])(?:and|or)(?![A-Za-z])|\\(?:land|wedge|lor|vee)(?![A-Za-z])")
+_AND_WORDS = frozenset(("and", "\\land", "\\wedge"))
+_OR_WORDS = frozenset(("or", "\\lor", "\\vee"))
 _DECIMAL_RE = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?![\d.])")
 _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|sec|csc|cot)(?![A-Za-z])")
 # "i" as the imaginary unit, not a subscript or bound index ("x_i", "x_{i}", "\\sum_{i=1}"); "e^{i\\pi}" counts
@@ -172,7 +180,8 @@ def _parse_group(s: str, decimal_comma: bool) -> Answer:
         return _parse_scalar(s.replace(",", "", value.count(",")))
     if decimal_comma and _DECIMAL_COMMA_RE.match(s):
         return _parse_scalar(s.replace(",", "."))
-    parts = [p for p in _split_list(s) if p.strip()]
+    split, separators = _split_list(s)
+    parts = [p for p in split if p.strip()]
     if len(parts) > 1:
         items: list[Answer] = []
         for part in parts:
@@ -181,8 +190,13 @@ def _parse_group(s: str, decimal_comma: bool) -> Answer:
                 items.extend(item.items)  # "1 \pm \sqrt 5, -2" has three elements
             else:
                 items.append(item)
-        return Seq("list", tuple(items))
+        return Seq("list", tuple(items), joined=_joined(separators))
     return _parse_element(s)
+
+
+def _joined(separators: list[str]) -> str:
+    kinds = {"and" if sep in _AND_WORDS else "or" if sep in _OR_WORDS else "," for sep in separators}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
 _TEXT_QUANTITY = re.compile(r"^\\text\s*\{\s*(\d[\d.,]*\s+[A-Za-z][A-Za-z ]*)\}$")
@@ -201,11 +215,18 @@ def _parse_element(s: str) -> Answer:
     if ops:
         if any(not p.strip() for p in pieces):
             raise AnswerParseError(f"relation with an empty side: {s!r}")
-        return Relation(tuple(ops), tuple(_parse_piece(p) for p in pieces))
+        congruence = bool(re.search(r"\\equiv(?![A-Za-z])", s))
+        return Relation(tuple(ops), tuple(_parse_piece(p) for p in pieces), congruence=congruence)
+    differences = _split_top(s, "\\setminus")
+    if len(differences) > 1:  # "\mathbb{R} \setminus \{0\}": left to right, after any union on the left
+        result = _as_set(_parse_element(differences[0]))
+        for part in differences[1:]:
+            result = sympy.Complement(result, _as_set(_parse_element(part)))
+        return Region(result)
     unions = _split_top(s, "\\cup")
     if len(unions) > 1:
         return Region(sympy.Union(*[_as_set(_parse_element(u)) for u in unions]))
-    if "\\pm" in s or "\\mp" in s:
+    if re.search(r"\\(?:pm|mp)(?![A-Za-z])", s):  # "\pm", not "\pmod"
         return _expand_pm(s)
     bracketed = _parse_brackets(s)
     if bracketed is not None:
@@ -290,6 +311,9 @@ def _parse_brackets(s: str) -> Answer | None:
     if kind == "set":
         if not inner.strip():
             return Region(sympy.EmptySet)
+        builder = _set_builder(inner)
+        if builder is not None:
+            return builder
         return Seq("set", tuple(_parse_element(p) for p in parts))
     if kind == "tuple":
         return Seq("tuple", tuple(_parse_element(p) for p in parts))
@@ -301,6 +325,56 @@ def _parse_brackets(s: str) -> Answer | None:
     if opener == "(" and closer == ")":
         return Seq("tuple", items, open_pair=len(items) == 2)
     return Seq("list", items)
+
+
+_SET_BUILDER = re.compile(
+    r"^\s*(?P<var>[A-Za-z](?:_\{?[A-Za-z0-9]{1,3}\}?)?)\s*(?:\\in\s*(?P<domain>[^|:]+?))?\s*(?:\||:|\\colon)\s*(?P<cond>.+)$",
+    re.DOTALL,
+)
+
+
+_MAX_CONDITIONS = 16
+
+
+def _set_builder(inner: str) -> Region | Seq | None:
+    """``\\{x \\mid 0 < x \\leq 1\\}`` (the inside of the braces): the real numbers the condition holds for, within
+    the domain if one is named (``x \\in \\mathbb{R}``). Conditions joined by ``and`` or a comma hold together,
+    ``or`` joins alternatives (``and`` first). None when ``inner`` is no set-builder form or a condition is not
+    one in the named variable that sympy can solve."""
+    m = _SET_BUILDER.match(inner)
+    if m is None:
+        return None
+    try:
+        variable = _parse_scalar(m.group("var")).value
+        domain = _as_set(_parse_element(m.group("domain"))) if m.group("domain") else sympy.Interval(-sympy.oo, sympy.oo)
+        parts, separators = _split_list(m.group("cond"))
+        if len(parts) > _MAX_CONDITIONS:
+            return None  # sympy's solving grows with every condition
+        alternatives: list[sympy.Set] = []
+        current: list[sympy.Set] = []
+        for k, part in enumerate(parts):
+            condition = _parse_element(part)
+            if isinstance(condition, Relation) and condition.ops == ("in",) and condition.parts[0] == Scalar(
+                variable, source=m.group("var")
+            ):
+                found = _as_set(condition.parts[1])
+            elif isinstance(condition, Relation) and all(isinstance(p, Scalar) for p in condition.parts):
+                found = solution_set(condition.ops, [p.value for p in condition.parts if isinstance(p, Scalar)],
+                                     variable)
+            else:
+                return None
+            if found is None:
+                return None
+            current.append(found)
+            if k == len(separators) or separators[k] in _OR_WORDS:
+                alternatives.append(sympy.Intersection(*current))
+                current = []
+        result = sympy.Intersection(domain, sympy.Union(*alternatives))
+    except (AnswerParseError, TypeError, ValueError):
+        return None
+    if isinstance(result, sympy.FiniteSet) and len(result) > 0:  # "\{x \mid x^2 = 1\}" lists its roots
+        return Seq("set", tuple(Scalar(v, source=str(v)) for v in result))
+    return Region(result)
 
 
 def _has_infinity(items: tuple[Answer, ...]) -> bool:
@@ -366,9 +440,33 @@ def _parse_scalar(s: str) -> Scalar:
     if _IMAGINARY_RE.search(s):
         expr = expr.subs(sympy.Symbol("i"), sympy.I)
     if digits_bound(expr) > MAX_DIGITS:
-        return Scalar(expr, decimal_digits, percent, degree, unit, too_large=True, source=source)
-    expr = _evaluate(expr)
+        reduced = reduce_huge(expr)  # "x - x" of a tower is 0: evaluate what is left when the large parts cancel
+        if reduced is None:
+            return Scalar(expr, decimal_digits, percent, degree, unit, too_large=True, source=source)
+        expr = reduced
+    expr = _evaluate(_real_odd_roots(expr))
     return Scalar(expr, decimal_digits, percent, degree, unit, source=source)
+
+
+def _real_odd_roots(expr: sympy.Basic) -> sympy.Basic:
+    """An odd root of a negative number is the real one, as in a contest (``\\sqrt[3]{-8}`` is ``-2``,
+    ``\\sqrt[3]{2 - \\sqrt 5}`` is ``(1 - \\sqrt 5)/2``); sympy's principal root is complex. Powers ``p/q`` with
+    ``q`` odd of a base that is a negative real number become ``\\pm |b|^{p/q}``."""
+
+    def is_odd_root_of_negative(e: sympy.Basic) -> bool:
+        if not (isinstance(e, sympy.Pow) and e.exp.is_Rational and not e.exp.is_Integer and e.exp.q % 2 == 1):
+            return False
+        base = e.base
+        return bool(base.is_number and not base.free_symbols and base.is_extended_negative)
+
+    def real_root(e: sympy.Pow) -> sympy.Expr:
+        magnitude = sympy.Pow(-e.base, e.exp)
+        return -magnitude if e.exp.p % 2 else magnitude
+
+    try:
+        return expr.replace(is_odd_root_of_negative, real_root)
+    except (TypeError, ValueError, AttributeError, RecursionError):
+        return expr
 
 
 def _significant_digits(whole: str, frac: str) -> int:
@@ -378,21 +476,15 @@ def _significant_digits(whole: str, frac: str) -> int:
 
 def _decimal_to_fraction(m: re.Match[str]) -> str:
     whole, frac = m.group(1) or "0", m.group(2)
+    if len(whole) + len(frac) > 4000:  # Python refuses to read longer integers from text
+        raise AnswerParseError(f"a decimal of {len(whole) + len(frac)} digits")
     return f"(\\frac{{{int(whole + frac)}}}{{{10 ** len(frac)}}})"
 
 
 @lru_cache(maxsize=4096)
 def _latex_to_sympy(s: str, convert_degrees: bool) -> sympy.Basic:
-    from latex2sympy2_extended import latex2sympy
-    from latex2sympy2_extended.latex2sympy2 import ConversionConfig
-
     try:
-        result = latex2sympy(
-            s,
-            convert_degrees=convert_degrees,
-            normalization_config=None,
-            conversion_config=ConversionConfig(lowercase_symbols=False, interpret_as_mixed_fractions=True),
-        )
+        result = latex_to_sympy(s, convert_degrees)
     except Exception as exc:  # noqa: BLE001 - the ANTLR parser raises plain Exception
         raise AnswerParseError(f"cannot parse {s!r}: {str(exc).splitlines()[0]}") from exc
     if isinstance(result, list):
@@ -422,9 +514,14 @@ _FEET_INCHES = re.compile(rf"^(\d+)\s*{_PRIME}\s*(\d+(?:\.\d+)?)\s*{_DOUBLE_PRIM
 
 
 def _number_in_words(s: str) -> Scalar | None:
-    """``seven``, ``\\text{Twenty-one}``, ``negative seven``, ``three quarters``: a number in words, possibly
-    followed by one or two words naming what is counted (``seven apples``, ``\\text{three ways}``, kept as an unknown
-    unit); None for other text."""
+    """``seven``, ``\\text{Twenty-one}``, ``negative seven``, ``three quarters``, ``three and a half``, ``2.5 million``:
+    a number in words (:func:`rlvr.verifiers.math_words.value_from_words`), possibly followed by one or two words
+    naming what is counted (``seven apples``, ``\\text{three ways}``, kept as an unknown unit); None for other
+    text."""
+    plain = re.sub(r"\\text\s*\{([^{}]*)\}", r" \1 ", s).strip()
+    if _DIGITS_THEN_WORDS.fullmatch(plain):  # a digit amount with multiplier or fraction words, nothing else
+        value = value_from_words(plain)
+        return None if value is None else Scalar(sympy.Rational(value.numerator, value.denominator), source=s)
     if not _is_text(s):
         return None
     words = _number_words(s)
@@ -432,16 +529,14 @@ def _number_in_words(s: str) -> Scalar | None:
         head, tail = words[:cut], words[cut:]
         if not head or any(is_number_word(w) or w in _NOT_COUNTED for w in tail):
             continue
-        text = " ".join(head)
-        number = number_from_words(text)
-        value = sympy.Integer(number) if number is not None else None
-        if value is None:
-            fraction = fraction_from_words(text)
-            value = None if fraction is None else sympy.Rational(fraction.numerator, fraction.denominator)
+        value = value_from_words(" ".join(head))
         if value is not None:
             unit = split_unit(f"1 {' '.join(tail)}")[1] if tail else None
-            return Scalar(value, unit=unit, source=s)
+            return Scalar(sympy.Rational(value.numerator, value.denominator), unit=unit, source=s)
     return None
+
+
+_DIGITS_THEN_WORDS = re.compile(r"\d+(?:\.\d+)?\s+[A-Za-z][A-Za-z \-]*")
 
 
 # Words after a number that change it rather than name what is counted ("seven times", "one more").
@@ -470,46 +565,6 @@ def _compound(s: str) -> Scalar | None:
         value, unit = quantity
         return Scalar(sympy.Rational(value.numerator, value.denominator), unit=unit, source=s)
     return None
-
-
-def digits_bound(expr: sympy.Basic) -> float:
-    """Upper bound on the decimal digits of exact numbers that evaluating ``expr`` creates (``inf`` for
-    power towers and exponents above 10^7). Cheap: never evaluates anything large."""
-    try:
-        return _bound(expr)
-    except (OverflowError, RecursionError, ValueError, TypeError):
-        return math.inf
-
-
-def _bound(e: sympy.Basic) -> float:
-    if isinstance(e, sympy.MatrixBase):
-        return max((_bound(x) for x in e), default=1.0)
-    if e.is_Integer:
-        return int(e).bit_length() * 0.30103 + 1
-    if e.is_Rational:
-        return (int(e.p).bit_length() + int(e.q).bit_length()) * 0.30103 + 2
-    if e.is_Atom:
-        return 1.0
-    if isinstance(e, sympy.Pow):
-        base, exponent = e.args
-        b, x = _bound(base), _bound(exponent)
-        if base in (sympy.S.Zero, sympy.S.One, sympy.S.NegativeOne) or not exponent.is_number:
-            return b + x
-        if x > 400:  # the exponent alone is astronomically large
-            return math.inf
-        value = abs(complex(exponent.evalf(15)))
-        if value > 1e7:
-            return math.inf
-        if base.is_Rational:  # digits of p**n and q**n: n * log10 of the larger
-            b = math.log10(max(abs(int(base.p)), abs(int(base.q)), 2)) + 1e-9
-        return b * max(value, 1.0) + x
-    if isinstance(e, (sympy.factorial, sympy.gamma, sympy.factorial2, sympy.binomial, sympy.RisingFactorial)):
-        inner = sum(_bound(a) for a in e.args)
-        if inner > 400:
-            return math.inf
-        n = max((abs(complex(a.evalf(15))) for a in e.args if a.is_number), default=1.0)
-        return math.inf if n > 1e6 else n * math.log10(max(n, 2.0)) + inner
-    return sum(_bound(a) for a in e.args) + 1.0
 
 
 def _is_assignment(answer: Answer) -> bool:
@@ -647,20 +702,23 @@ def _split_top(s: str, sep: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
-def _split_list(s: str) -> list[str]:
+def _split_list(s: str) -> tuple[list[str], list[str]]:
+    """``s`` cut at top-level commas and list words (``and``, ``or``, ``\\land``...), and the separators, in order."""
     top = {i for i, depth in _depth_walk(s) if depth == 0}
     cuts: list[tuple[int, int]] = [(i, i + 1) for i in sorted(top) if s[i] == ","]
     cuts += [(m.start(), m.end()) for m in _LIST_WORD_RE.finditer(s) if m.start() in top]
     cuts.sort()
     parts: list[str] = []
+    separators: list[str] = []
     start = 0
     for a, b in cuts:
         if a < start:
             continue
         parts.append(s[start:a])
+        separators.append(s[a:b])
         start = b
     parts.append(s[start:])
-    return [p.strip() for p in parts]
+    return [p.strip() for p in parts], separators
 
 
 def _split_relations(s: str) -> tuple[list[str], list[str]]:

@@ -4,9 +4,15 @@ Why processes: sympy and user verifiers can hang for minutes on one input, and s
 (``signal.alarm``, which math-verify uses) only work on the main thread of the main interpreter. A worker
 process can always be killed. Each worker runs in its own process group and is a child subreaper
 (``PR_SET_CHILD_SUBREAPER``): whatever a verifier starts stays a descendant of its worker, even a daemon that
-double-forks and ``setsid`` s away from the group. When a call is killed on timeout and at :meth:`VerifierPool.close`,
-the worker's descendants are listed (psutil) and killed with its process group, so no verifier subprocess outlives
-the pool. Workers ask the kernel to kill them when the parent dies (``PR_SET_PDEATHSIG``), so they never outlive it.
+double-forks and ``setsid`` s away from the group. When a call ends (returned, raised or killed on timeout) and at
+:meth:`VerifierPool.close`, the worker's descendants are listed (psutil) and killed with its process group, so
+subprocesses never pile up over a run and none outlives the pool. Workers ask the kernel to signal them when the
+parent dies (``PR_SET_PDEATHSIG``): a worker then kills its descendants and itself, so nothing outlives a trainer
+killed with ``kill -9``.
+
+Memory: a call may allocate at most ``memory_mb`` MiB beyond what its worker held when it started (a soft
+``RLIMIT_AS`` set for the call, so a verifier that allocates 20 GB gets a ``MemoryError``, a failure of that call),
+and every worker has ``oom_score_adj`` 1000, so if memory still runs out the kernel kills a worker, not the trainer.
 
 Output: a worker's file descriptors 1 and 2 (its own and those its subprocesses inherit) go to a private temporary
 file, emptied after every call. Only the last :data:`OUTPUT_TAIL_BYTES` of a call's output come back, in
@@ -64,6 +70,8 @@ class Call:
         timeout_s: wall-clock limit for this call in seconds; past it the worker is killed.
         batch: call the verifier's ``batch`` function (see :func:`rlvr.verifiers.registry.verifier`) on the lists;
             the outcome's value is then the list of per-sample results.
+        memory_mb: MiB the call may allocate beyond what its worker held at start (``None``: the pool's
+            ``memory_limit_mb``).
     """
 
     target: str
@@ -72,6 +80,7 @@ class Call:
     kwargs: dict = field(default_factory=dict)
     timeout_s: float = 10.0
     batch: bool = False
+    memory_mb: int | None = None
 
 
 class Status(str, Enum):
@@ -112,8 +121,9 @@ class VerifierPool:
         start_method: ``"fork"`` (default on Linux; workers inherit everything registered in the parent) or
             ``"forkserver"``/``"spawn"`` (workers import rlvr.verifiers afresh: a verifier must then be
             importable by name or ``module:function``).
-        memory_limit_mb: optional address-space limit per worker (``RLIMIT_AS``, MiB). Leave it ``None``
-            when the parent maps a lot of virtual memory (CUDA), which forked workers inherit.
+        memory_limit_mb: MiB a call may allocate beyond what its worker held at start (a soft ``RLIMIT_AS`` over the
+            worker's own address space at start, so the parent's large mappings, which forked workers inherit, do
+            not count against it); a call's ``memory_mb`` overrides it; ``None`` = no limit.
         max_chunk: most calls sent to a worker in one message.
 
     Not thread-safe: use one pool per thread. Raises ``ValueError`` for bad arguments.
@@ -332,15 +342,12 @@ def _shutdown_all(workers: list[_Worker]) -> None:
 
 def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, memory_limit_mb: int | None) -> None:
     os.setpgrp()  # own process group: the parent's kill also reaches grandchildren
-    _die_with_parent(parent_pid)
-    output = _capture_output()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when workers stop
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if memory_limit_mb is not None:
-        import resource
-
-        limit = memory_limit_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    signal.signal(signal.SIGTERM, _kill_tree_and_exit)  # the parent-death signal, and close()'s stop
+    _die_with_parent(parent_pid)
+    _first_for_the_oom_killer()
+    output = _capture_output()
+    base_vm = _address_space_bytes()
     resolved: dict[str, Callable[..., Any]] = {}
     while True:
         try:
@@ -350,7 +357,12 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, m
         if message[0] == "stop":
             return
         for index, call in message[1]:
-            status, value, error, seconds = _run_one(call, resolved)
+            memory_mb = call.memory_mb if call.memory_mb is not None else memory_limit_mb
+            with _memory_limit(base_vm, memory_mb):
+                status, value, error, seconds = _run_one(call, resolved)
+            if status != Status.OK.value and error and error.startswith("MemoryError"):
+                error = f"{error} (memory limit: {memory_mb} MiB a call)"[:_MAX_ERROR_CHARS]
+            _kill_own_descendants()  # what the call started ends with it
             tail, written = _take_output(output)
             try:
                 conn.send(("done", index, status, value, error, seconds, tail, written))
@@ -360,6 +372,65 @@ def _worker_main(conn: multiprocessing.connection.Connection, parent_pid: int, m
                 error = _describe(exc, "unpicklable result")
                 conn.send(("done", index, Status.ERROR.value, None, error, seconds, tail, written))
         _reap_orphans()
+
+
+def _kill_tree_and_exit(signum: int, frame: Any) -> None:
+    """SIGTERM (the parent died, ``PR_SET_PDEATHSIG``): kill every descendant and the process group, then exit."""
+    _kill_own_descendants()
+    _signal_group(os.getpgrp(), signal.SIGKILL)  # the worker leads the group: this ends it too
+    os._exit(1)
+
+
+def _has_children() -> bool:
+    """Whether this process has a child, from ``/proc`` without listing every process (psutil would)."""
+    try:
+        return any(open(f"/proc/self/task/{tid}/children").read().strip() for tid in os.listdir("/proc/self/task"))
+    except OSError:
+        return True  # no such file (an old kernel): let psutil look
+
+
+def _kill_own_descendants() -> None:
+    """Kill what the last call started (the worker is a subreaper: double-forked daemons are its descendants too)."""
+    if _has_children():
+        _kill_processes(_descendants(os.getpid()))
+        _reap_orphans()
+
+
+def _first_for_the_oom_killer() -> None:
+    """``oom_score_adj`` 1000: when memory runs out, the kernel kills a verifier worker before the trainer."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass  # not Linux: nothing to say to the OOM killer
+
+
+def _address_space_bytes() -> int:
+    """This process's virtual memory size in bytes (what ``RLIMIT_AS`` counts)."""
+    return psutil.Process().memory_info().vms
+
+
+class _memory_limit:  # noqa: N801 - used as a context manager, named like one
+    """A soft ``RLIMIT_AS`` of ``base + memory_mb`` MiB for the duration of a call (no-op for ``None``), lifted after
+    it so the next call gets its own."""
+
+    def __init__(self, base: int, memory_mb: int | None) -> None:
+        self.limit = None if memory_mb is None else base + memory_mb * 1024 * 1024
+
+    def __enter__(self) -> None:
+        if self.limit is not None:
+            import resource
+
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            soft = self.limit if hard == resource.RLIM_INFINITY else min(self.limit, hard)
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.limit is not None:
+            import resource
+
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
 
 
 def _capture_output() -> int:
@@ -433,7 +504,7 @@ def _describe(exc: BaseException, prefix: str = "") -> str:
 def _die_with_parent(parent_pid: int) -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # the handler kills the worker's descendants too
         # Orphans of what the verifiers start (daemons that fork and setsid) become the worker's, so the pool
         # can find and kill them.
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1)

@@ -19,10 +19,12 @@ A recipe may also name any importable function as ``"package.module:function"`` 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Callable, Hashable
 from typing import Any
+
+from rlvr import import_paths
+from rlvr.did_you_mean import closest
 
 VerifierFn = Callable[..., Any]
 """``(completion: str, sample: dict, **kwargs) -> float | None | dict``."""
@@ -46,10 +48,14 @@ class UnknownVerifierError(KeyError):
 BatchFn = Callable[..., list[Any]]
 """``(completions: list[str], samples: list[dict], **kwargs) -> list`` of what the verifier returns for each."""
 
+UndecidedFn = Callable[[float | None, dict], bool]
+"""``(score, extras) -> bool``: True when a result of the verifier does not decide the sample."""
+
 
 def verifier(
     name: str, *, cache_key: CacheKeyFn | None = None, score_range: tuple[float | None, float | None] | None = None,
-    batch: BatchFn | None = None,
+    batch: BatchFn | None = None, undecided: UndecidedFn | None = None,
+    service_metrics: tuple[str, ...] | None = None,
 ) -> Callable[[VerifierFn], VerifierFn]:
     """Decorator registering ``fn`` under ``name``.
 
@@ -67,6 +73,14 @@ def verifier(
             :class:`rlvr.verifiers.reward.RewardFunction` then sends all of a ``score()`` call's samples for this verifier
             to one worker call instead of one call per sample (the ``code`` verifier judges them in one
             ``rlvr.sandbox.run_many``).
+        undecided: optional ``(score, extras) -> bool``, True for a result that scores the sample without deciding
+            it (the ``math`` verifier's 0 for an answer it could not parse). A verifier whose ``fallback_for`` names
+            this one runs on those samples (and on those scored None), see
+            :attr:`rlvr.verifiers.reward.VerifierSpec.fallback_for`.
+        service_metrics: the verifier calls a service (a judge model): the trainer logs, per step, its calls and
+            cache hits (``reward/calls/<label>``, ``reward/cache_hits/<label>``), its agreement with the recipe's
+            solved verifier where both scored (``reward/agreement/<label>``, ``reward/accepts_wrong/<label>``), and
+            the mean over called samples of each numeric extra field named here (``reward/<field>/<label>``).
 
     Raises:
         ValueError: ``name`` is empty, contains ``":"``, or is already registered to a different function; a
@@ -92,6 +106,10 @@ def verifier(
             fn.score_range = score_range  # type: ignore[attr-defined]
         if batch is not None:
             fn.batch = batch  # type: ignore[attr-defined]
+        if undecided is not None:
+            fn.undecided = undecided  # type: ignore[attr-defined]
+        if service_metrics is not None:
+            fn.service_metrics = tuple(service_metrics)  # type: ignore[attr-defined]
         fn.verifier_name = name  # type: ignore[attr-defined]
         _REGISTRY[name] = fn
         return fn
@@ -113,8 +131,8 @@ def get_verifier(name_or_path: str) -> VerifierFn:
     if fn is not None:
         return fn
     names = registered_names()
-    close = difflib.get_close_matches(name_or_path, names, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
+    close = closest(name_or_path, names)
+    hint = f" Did you mean {close!r}?" if close else ""
     raise UnknownVerifierError(
         f"unknown verifier {name_or_path!r}.{hint} Registered verifiers: {', '.join(names)}; "
         "or name any function as 'package.module:function'."
@@ -127,27 +145,36 @@ def registered_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _import_path(path: str) -> VerifierFn:
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise UnknownVerifierError(f"verifier path {path!r} must look like 'package.module:function'")
+IMPORT_TIMEOUT_S = import_paths.IMPORT_TIMEOUT_S
+"""How long a user's verifier module may take to import (in a child process first, see :func:`probe_import`)."""
+
+
+class VerifierImportError(UnknownVerifierError):
+    """A user's verifier module failed to import: a syntax error, an exception, ``sys.exit``/``os._exit`` or a hang at
+    import. The message is one line naming the module, the file and line where that can be known, and the error."""
+
+
+def probe_import(module_name: str, timeout_s: float = IMPORT_TIMEOUT_S) -> None:
+    """:func:`rlvr.import_paths.probe_import` for a verifier module: import it in a forked child with a time limit
+    first, so a module that loops, exits or raises at import costs one line.
+
+    Raises:
+        VerifierImportError: the import raised, called ``sys.exit``/``os._exit``, was killed, or ran past
+            ``timeout_s``.
+    """
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownVerifierError(
-            f"verifier path {path!r}: cannot import module {module_name!r} ({exc}){_renamed_hint(path)}"
-        ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            public = sorted(n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n)))
-            close = difflib.get_close_matches(attr, public, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UnknownVerifierError(f"verifier path {path!r}: module {module_name!r} has no {attr!r}.{hint}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise UnknownVerifierError(f"verifier path {path!r} names a {type(obj).__name__}, expected a function")
-    return obj
+        import_paths.probe_import(module_name, "verifier", timeout_s)
+    except import_paths.ModuleImportError as exc:
+        raise VerifierImportError(str(exc)) from exc
+
+
+def _import_path(path: str) -> VerifierFn:
+    try:
+        return import_paths.resolve_import_path(path, "verifier", import_hint=_renamed_hint(path))
+    except import_paths.ModuleImportError as exc:
+        raise VerifierImportError(str(exc)) from exc
+    except import_paths.ImportPathError as exc:
+        raise UnknownVerifierError(str(exc)) from exc
 
 
 def _renamed_hint(path: str) -> str:

@@ -13,7 +13,10 @@ Example::
 Every verifier call runs in a worker process with a hard wall-clock kill (:mod:`rlvr.verifiers.pool`). A verifier
 that raises, returns NaN or an infinite score, returns a score outside its declared ``score_range``
 (:func:`rlvr.verifiers.registry.verifier`) or runs past ``timeout_s`` costs that sample only: its score is ``None``,
-the reason goes to ``failures`` and the counters, and ``failure_score`` (times the weight) enters the total.
+the reason goes to ``failures`` and the counters. Such a failure is a fault of the machinery, not of the completion,
+so it is not a score: by default (``failure_score=None``) it adds nothing to the total, and a trainer leaves a sample
+with a failure out of its group's statistics and the loss (:attr:`RewardResult.failures`). A verifier reports a
+failure of its own machinery (a sandbox that broke, a service that timed out) by raising.
 """
 
 from __future__ import annotations
@@ -39,8 +42,14 @@ class VerifierSpec:
         weight: multiplies the verifier's score in :attr:`RewardResult.total`; any finite float.
         kwargs: keyword arguments for the verifier (e.g. ``{"answer_field": "solution"}``).
         timeout_s: wall-clock limit per call in seconds (> 0); past it the worker is killed.
+        memory_mb: MiB a call may allocate (beyond what its worker held at start); past it the call fails with a
+            ``MemoryError``; ``None`` = the pool's ``memory_limit_mb``.
         label: key in ``scores``/``extras``/``failures``; default the name, then ``"name#2"``, ``"name#3"``
             for repeats of the same name.
+        fallback_for: the label of another verifier (a rule verifier, e.g. ``"math"``): this one runs only on the
+            samples that verifier could not decide (it scored None, or its ``undecided`` hook says so: the ``math``
+            verifier's unparseable answer); elsewhere it scores None, adds nothing and costs nothing. A judge that
+            only rescues what the rules cannot read. The named verifier must not itself have a ``fallback_for``.
     """
 
     name: str
@@ -48,6 +57,8 @@ class VerifierSpec:
     kwargs: dict = field(default_factory=dict)
     timeout_s: float = 10.0
     label: str | None = None
+    memory_mb: int | None = None
+    fallback_for: str | None = None
 
 
 @dataclass
@@ -61,12 +72,16 @@ class RewardResult:
         extras: extra fields from dict returns, keyed ``"<label>/<field>"``.
         failures: verifier label -> ``"timeout"``, ``"nan"``, ``"inf"`` (``+inf`` or ``-inf``), ``"range: <score>
             outside [low, high]"`` or ``"error: <message>"``. The part before ``:`` is the counter's kind.
+        origin: verifier label -> where its result came from: ``"called"`` (a worker ran it for this sample),
+            ``"cached"`` (an earlier call with the same ``cache_key``, in this batch or before) or ``"not_needed"``
+            (a ``fallback_for`` verifier whose rule verifier decided the sample). Empty where unknown.
     """
 
     total: float
     scores: dict[str, float | None]
     extras: dict[str, Any]
     failures: dict[str, str]
+    origin: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,20 @@ class _Judged:
     score: float | None
     extras: dict[str, Any]
     failure: str | None
+
+
+class _Progress:
+    """``on_progress(done, total)`` bookkeeping for one ``score()`` call."""
+
+    def __init__(self, total: int, callback: Callable[[int, int], None] | None) -> None:
+        self.total, self.done, self.callback = total, 0, callback
+
+    def add(self, n: int) -> None:
+        self.done += n
+
+    def report(self) -> None:
+        if self.callback is not None:
+            self.callback(self.done, self.total)
 
 
 class RewardFunction:
@@ -84,9 +113,11 @@ class RewardFunction:
             ``KeyError`` that names the closest registered verifier.
         num_workers: worker processes (>= 1).
         failure_score: score used in ``total`` for a verifier that timed out, raised, returned NaN/inf or a
-            value of the wrong type; ``None`` leaves it out of the total like a skip.
+            value of the wrong type; ``None`` (the default) leaves it out of the total: the failure is in
+            ``failures``, and the caller decides (the trainer leaves the sample out of its group).
         start_method: multiprocessing start method for workers (see :class:`rlvr.verifiers.pool.VerifierPool`).
-        memory_limit_mb: optional per-worker address-space limit in MiB.
+        memory_limit_mb: MiB a verifier call may allocate beyond what its worker held at start (a spec's
+            ``memory_mb`` overrides it); ``None`` = no limit.
         cache_size: most entries kept in the result cache (verifiers that declare a ``cache_key``, such as
             ``math`` keyed by ``(gold, extracted answer)``); 0 disables caching.
 
@@ -100,7 +131,7 @@ class RewardFunction:
         self,
         specs: list[VerifierSpec],
         num_workers: int = 2,
-        failure_score: float | None = 0.0,
+        failure_score: float | None = None,
         *,
         start_method: str = "fork",
         memory_limit_mb: int | None = None,
@@ -121,6 +152,16 @@ class RewardFunction:
             if not isinstance(spec.kwargs, dict):
                 raise ValueError(f"verifier {label!r}: kwargs must be a dict, got {type(spec.kwargs).__name__}")
             self._fns.append(get_verifier(spec.name))
+        for spec, label in zip(self.specs, self.labels, strict=True):
+            target = spec.fallback_for
+            if target is None:
+                continue
+            if target not in self.labels or target == label:
+                raise ValueError(f"verifier {label!r}: fallback_for names {target!r}, which is not another verifier "
+                                 f"of this reward; verifiers: {', '.join(self.labels)}")
+            if self.specs[self.labels.index(target)].fallback_for is not None:
+                raise ValueError(f"verifier {label!r}: fallback_for names {target!r}, which has a fallback_for "
+                                 "itself; a fallback must name a verifier that always runs")
         self.failure_score = failure_score
         self._pool = VerifierPool(num_workers, start_method=start_method, memory_limit_mb=memory_limit_mb)
         self._cache: OrderedDict[tuple[str, Hashable], _Judged] = OrderedDict()
@@ -137,9 +178,16 @@ class RewardFunction:
         """Stop the worker processes (idempotent)."""
         self._pool.close()
 
+    def verifier_fn(self, label: str) -> Callable[..., Any]:
+        """The function behind verifier ``label`` (its registry attributes: ``score_range``, ``service_metrics``,
+        ...). Raises KeyError for an unknown label."""
+        if label not in self.labels:
+            raise KeyError(f"no verifier labelled {label!r}; labels: {', '.join(self.labels)}")
+        return self._fns[self.labels.index(label)]
+
     def counters(self) -> dict[str, int]:
         """Running totals since construction: ``"<label>/calls"`` (sent to a worker), ``"<label>/cache_hits"``,
-        ``"<label>/skipped"``, and per failure kind ``"<label>/timeout"``, ``"<label>/error"``, ``"<label>/nan"``,
+        ``"<label>/skipped"``, ``"<label>/not_needed"`` (a ``fallback_for`` verifier not asked), and per failure kind ``"<label>/timeout"``, ``"<label>/error"``, ``"<label>/nan"``,
         ``"<label>/inf"``, ``"<label>/range"``; and ``"worker_restarts"``."""
         out = dict(self._counters)
         out["worker_restarts"] = self._pool.restarts
@@ -152,6 +200,9 @@ class RewardFunction:
         on_progress: Callable[[int, int], None] | None = None,
     ) -> list[RewardResult]:
         """Score each completion against its sample; results keep the input order.
+
+        Verifiers run in two rounds: first every verifier without ``fallback_for``, then each one with it, on the
+        samples its rule verifier could not decide only (:attr:`VerifierSpec.fallback_for`).
 
         Args:
             completions: model completions (text after the prompt).
@@ -167,38 +218,72 @@ class RewardFunction:
         for i, sample in enumerate(samples):
             if not isinstance(sample, dict):
                 raise ValueError(f"samples[{i}] is a {type(sample).__name__}, expected a dict")
-        total = len(completions) * len(self.specs)
+        progress = _Progress(len(completions) * len(self.specs), on_progress)
         judged: dict[tuple[int, int], _Judged] = {}
+        origin: dict[tuple[int, int], str] = {}
+        every = range(len(completions))
+        first = [(s, list(every)) for s, spec in enumerate(self.specs) if spec.fallback_for is None]
+        self._run(first, completions, samples, judged, origin, progress)
+        second = []
+        for s, spec in enumerate(self.specs):
+            if spec.fallback_for is None:
+                continue
+            rule = self.labels.index(spec.fallback_for)
+            needed = [i for i in every if self._undecided(rule, judged[(i, rule)])]
+            for i in sorted(set(every) - set(needed)):
+                judged[(i, s)] = _Judged(None, {}, None)
+                origin[(i, s)] = "not_needed"
+                self._counters[f"{self.labels[s]}/not_needed"] += 1
+            progress.add(len(completions) - len(needed))
+            second.append((s, needed))
+        if second:
+            self._run(second, completions, samples, judged, origin, progress)
+        return [self._combine(i, judged, origin) for i in every]
+
+    def _undecided(self, rule: int, result: _Judged) -> bool:
+        """The rule verifier ``rule`` could not decide this sample: it scored None, or its own ``undecided`` hook
+        says so (the ``math`` verifier: an answer it could not parse); a failure of the machinery is not undecided."""
+        if result.failure is not None:
+            return False
+        hook = getattr(self._fns[rule], "undecided", None)
+        return result.score is None or (hook is not None and bool(hook(result.score, result.extras)))
+
+    def _run(self, work: list[tuple[int, list[int]]], completions: list[str], samples: list[dict],
+             judged: dict[tuple[int, int], _Judged], origin: dict[tuple[int, int], str], progress: _Progress) -> None:
+        """Score the (spec index, sample indices) pairs of ``work`` into ``judged``: cache hits first, then one round
+        of worker calls."""
         calls: list[Call] = []
         call_slots: list[list[tuple[int, int]]] = []  # each call serves these (sample, spec) slots
         call_keys: list[tuple[str, Hashable] | None] = []
         by_key: dict[tuple[str, Hashable], int] = {}
-        for s, (spec, label, fn) in enumerate(zip(self.specs, self.labels, self._fns, strict=True)):
+        for s, indices in work:
+            spec, label, fn = self.specs[s], self.labels[s], self._fns[s]
             key_fn = getattr(fn, "cache_key", None) if self._cache_size > 0 else None
-            for i, (completion, sample) in enumerate(zip(completions, samples, strict=True)):
+            for i in indices:
+                completion, sample = completions[i], samples[i]
                 key = _cache_key(key_fn, label, completion, sample, spec.kwargs)
                 if key is not None and key in self._cache:
                     self._cache.move_to_end(key)
                     judged[(i, s)] = self._cache[key]
+                    origin[(i, s)] = "cached"
                     self._counters[f"{label}/cache_hits"] += 1
+                    progress.add(1)
                     continue
                 if key is not None and key in by_key:  # same key earlier in this batch
                     call_slots[by_key[key]].append((i, s))
+                    origin[(i, s)] = "cached"
                     self._counters[f"{label}/cache_hits"] += 1
                     continue
                 if key is not None:
                     by_key[key] = len(calls)
-                calls.append(Call(spec.name, completion, sample, spec.kwargs, spec.timeout_s))
+                calls.append(Call(spec.name, completion, sample, spec.kwargs, spec.timeout_s, memory_mb=spec.memory_mb))
                 call_slots.append([(i, s)])
+                origin[(i, s)] = "called"
                 call_keys.append(key)
                 self._counters[f"{label}/calls"] += 1
-
-        done = len(completions) * len(self.specs) - sum(len(slots) for slots in call_slots)
-        if on_progress is not None:
-            on_progress(done, total)
+        progress.report()
 
         def record(index: int, outcome: Outcome) -> None:
-            nonlocal done
             spec_index = call_slots[index][0][1]
             result = _judge(outcome, getattr(self._fns[spec_index], "score_range", None))
             label = self.labels[spec_index]
@@ -206,11 +291,10 @@ class RewardFunction:
             for slot in call_slots[index]:
                 judged[slot] = result
             key = call_keys[index]
-            if key is not None:
+            if key is not None and result.failure is None:  # a failure may pass: the next call tries again
                 self._remember(key, result)
-            done += len(call_slots[index])
-            if on_progress is not None:
-                on_progress(done, total)
+            progress.add(len(call_slots[index]))
+            progress.report()
 
         pool_calls, members = self._batch_calls(calls, [slots[0][1] for slots in call_slots])
         output: list[str] = []
@@ -240,7 +324,6 @@ class RewardFunction:
             self._pool.run(pool_calls, on_result)
         if output_bytes:
             self._report_output(output, output_bytes)
-        return [self._combine(i, judged) for i in range(len(completions))]
 
     def _report_output(self, tails: list[str], written: int) -> None:
         """Print the end of what this step's verifier calls wrote to stdout/stderr, bounded, on stderr."""
@@ -269,10 +352,11 @@ class RewardFunction:
         for s, k in batch_at.items():
             spec, idx = self.specs[s], members[k]
             pool_calls[k] = Call(spec.name, [calls[i].completion for i in idx], [calls[i].sample for i in idx],
-                                 spec.kwargs, spec.timeout_s * len(idx), batch=True)
+                                 spec.kwargs, spec.timeout_s * len(idx), batch=True, memory_mb=spec.memory_mb)
         return [c for c in pool_calls if c is not None], members
 
-    def _combine(self, i: int, judged: dict[tuple[int, int], _Judged]) -> RewardResult:
+    def _combine(self, i: int, judged: dict[tuple[int, int], _Judged],
+                 origin: dict[tuple[int, int], str]) -> RewardResult:
         total = 0.0
         scores: dict[str, float | None] = {}
         extras: dict[str, Any] = {}
@@ -288,7 +372,8 @@ class RewardFunction:
                     total += spec.weight * self.failure_score
             elif result.score is not None:
                 total += spec.weight * result.score
-        return RewardResult(total=total, scores=scores, extras=extras, failures=failures)
+        return RewardResult(total=total, scores=scores, extras=extras, failures=failures,
+                            origin={label: origin[(i, s)] for s, label in enumerate(self.labels)})
 
     def _count(self, label: str, result: _Judged) -> None:
         if result.failure is not None:

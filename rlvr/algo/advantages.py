@@ -1,10 +1,11 @@
-"""Advantage estimators for outcome rewards: pure tensor functions, looked up by name.
+"""Advantage estimators for outcome rewards: pure tensor functions, each named by a row of the algorithm table
+(:data:`rlvr.algo.table.ALGORITHMS`).
 
 Vocabulary used in every docstring: B prompts, G samples per prompt (a *group*), N = B*G samples, T response tokens.
 Each estimator maps rewards ``(B, G)`` (fp32) to per-sample advantages ``(B, G)``; :func:`broadcast_to_tokens`
 spreads them over the response tokens, and :func:`subtract_kl_from_returns` applies a KL-in-reward penalty.
 
-Where each estimator normalises, and so where a KL-in-reward penalty enters (``NORMALISATION``):
+Where each estimator normalises, and so where a KL-in-reward penalty enters (the row's ``normalisation``):
 
 - ``grpo``, ``rloo``: within the group. A KL penalty is added to the group advantage afterwards (in units of
   normalised advantage; neither paper defines KL in the reward, GRPO puts it in the loss).
@@ -18,7 +19,6 @@ gets advantage 0 everywhere.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import Protocol
 
@@ -27,30 +27,10 @@ from torch import Tensor
 
 
 class AdvantageFn(Protocol):
+    """What a group estimator is: ``(rewards (B, G), *, valid (B, G) bool | None, std_normalize, eps) -> (B, G)``."""
+
     def __call__(self, rewards: Tensor, *, valid: Tensor | None = None, std_normalize: bool,
                  eps: float) -> Tensor: ...
-
-
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
-NORMALISATION: dict[str, str] = {"grpo": "group", "rloo": "group", "reinforce_pp": "batch"}
-"""Where each estimator normalises: ``group`` (inside the estimator) or ``batch`` (:func:`whiten` over all ranks'
-tokens, after the KL-in-reward penalty)."""
-
-
-def register(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-    return wrap
-
-
-def get_estimator(name: str) -> AdvantageFn:
-    """The estimator registered as ``name``. Raises KeyError naming the valid ones."""
-    if name not in ADVANTAGE_ESTIMATORS:
-        close = difflib.get_close_matches(name, list(ADVANTAGE_ESTIMATORS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise KeyError(f"unknown advantage estimator {name!r}{hint}; valid: {sorted(ADVANTAGE_ESTIMATORS)}")
-    return ADVANTAGE_ESTIMATORS[name]
 
 
 def _check(rewards: Tensor, valid: Tensor | None) -> bool:
@@ -74,7 +54,6 @@ def _masked_group_stats(rewards: Tensor, valid: Tensor) -> tuple[Tensor, Tensor,
     return v, n, mean, var.sqrt()
 
 
-@register("grpo")
 def grpo_advantages(rewards: Tensor, *, valid: Tensor | None = None, std_normalize: bool = True,
                     eps: float = 1e-6) -> Tensor:
     """GRPO group baseline (Shao et al. 2402.03300, eq. 3): ``A_i = (r_i - mean(r)) / (std(r) + eps)``.
@@ -101,7 +80,6 @@ def grpo_advantages(rewards: Tensor, *, valid: Tensor | None = None, std_normali
     return torch.where(n >= 2, centered, 0.0)  # where, not *: 0/0 of a one-sample group with eps 0 is NaN
 
 
-@register("rloo")
 def rloo_advantages(rewards: Tensor, *, valid: Tensor | None = None, std_normalize: bool = False,
                     eps: float = 1e-6) -> Tensor:
     """REINFORCE leave-one-out (Ahmadian et al. 2402.14740): ``A_i = r_i - mean_{j != i} r_j = G/(G-1) (r_i - mean r)``.
@@ -126,7 +104,6 @@ def rloo_advantages(rewards: Tensor, *, valid: Tensor | None = None, std_normali
     return torch.where(n >= 2, adv, 0.0)
 
 
-@register("reinforce_pp")
 def reinforce_pp_advantages(rewards: Tensor, *, valid: Tensor | None = None, std_normalize: bool = True,
                             eps: float = 1e-6) -> Tensor:
     """REINFORCE++-baseline (Hu et al. 2501.03262), first half: the reward minus its group mean (over valid samples).

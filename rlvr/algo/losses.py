@@ -1,7 +1,10 @@
-"""Policy losses: the per-token clipped objective, and how per-token losses are reduced to one number.
+"""Policy losses: the per-token objectives (each a row of :data:`rlvr.algo.table.POLICY_LOSSES`), and how per-token
+losses are reduced to one number.
 
-Shapes: N samples (B prompts x G samples, or a micro-batch of them), T response tokens. All inputs fp32; masks are
-1 on response tokens and 0 on prompt/padding, and nothing masked ever reaches a mean.
+Shapes: N samples (B prompts x G samples), R rows of a micro-batch of them, T response tokens. A loss takes its tensors
+as one :class:`PolicyLossInputs` and its settings as keyword arguments (the row's ``settings``), and returns a
+:class:`PolicyLossOutput`. All inputs fp32; masks are 1 on response tokens and 0 on prompt/padding, and nothing masked
+ever reaches a mean.
 
 Aggregation is kept apart from the per-token objective (as in verl's ``agg_loss``) because it decides which biases a run
 has. Every mode takes *global* denominators so that micro-batches summed by gradient accumulation give exactly the
@@ -46,10 +49,29 @@ class PolicyLossOutput:
         return torch.clamp(self.clipped_low + self.clipped_high + self.clipped_dual, max=1.0)
 
 
-def _check_shapes(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor) -> None:
-    if not (logprobs.shape == old_logprobs.shape == advantages.shape == mask.shape) or logprobs.ndim != 2:
-        raise ValueError(f"expected (N, T) tensors of one shape: logprobs {tuple(logprobs.shape)}, old_logprobs "
-                         f"{tuple(old_logprobs.shape)}, advantages {tuple(advantages.shape)}, mask {tuple(mask.shape)}")
+@dataclass(frozen=True)
+class PolicyLossInputs:
+    """What a policy loss reads of R rows (samples of a micro-batch) of T response tokens, all (R, T) fp32 on one
+    device.
+
+    Raises:
+        ValueError: the four are not 2-D tensors of one shape.
+    """
+
+    logprobs: Tensor
+    """The current policy's log-probs of the sampled tokens (requires grad)."""
+    old_logprobs: Tensor
+    """Log-probs under the policy that generated the batch (detached); the current ones, detached, on-policy."""
+    advantages: Tensor
+    """Per-token advantages."""
+    mask: Tensor
+    """1 on the tokens in the loss, 0 on padding, tool answers and dropped samples."""
+
+    def __post_init__(self) -> None:
+        shapes = [tuple(x.shape) for x in (self.logprobs, self.old_logprobs, self.advantages, self.mask)]
+        if len(set(shapes)) != 1 or len(shapes[0]) != 2:
+            raise ValueError(f"expected (R, T) tensors of one shape: logprobs {shapes[0]}, old_logprobs {shapes[1]}, "
+                             f"advantages {shapes[2]}, mask {shapes[3]}")
 
 
 def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
@@ -69,10 +91,7 @@ def sequence_log_ratio(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> 
 
 
 def ppo_clip_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
+    inputs: PolicyLossInputs,
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.2,
@@ -91,18 +110,16 @@ def ppo_clip_loss(
     clip ranges are ~1e-4, not 0.2).
 
     Args:
-        logprobs: (N, T) current policy log-probs of the sampled tokens (requires grad).
-        old_logprobs: (N, T) log-probs under the policy that generated the batch (detached).
-        advantages: (N, T). mask: (N, T) response mask.
+        inputs: the (R, T) log-probs, old log-probs, advantages and mask (:class:`PolicyLossInputs`).
         clip_low, clip_high: eps_low, eps_high. clip_ratio_c: dual-clip bound (> 1) or None.
         importance_sampling_level: ``token`` (PPO/GRPO) or ``sequence`` (GSPO).
     Returns:
         :class:`PolicyLossOutput`.
     Raises:
-        ValueError: shapes differ, or an unknown ``importance_sampling_level``.
+        ValueError: an unknown ``importance_sampling_level``.
     """
-    _check_shapes(logprobs, old_logprobs, advantages, mask)
-    mask = mask.float()
+    logprobs, old_logprobs, advantages = inputs.logprobs, inputs.old_logprobs, inputs.advantages
+    mask = inputs.mask.float()
     if importance_sampling_level == "token":
         log_ratio = logprobs - old_logprobs.detach()
     elif importance_sampling_level == "sequence":
@@ -126,10 +143,7 @@ def ppo_clip_loss(
 
 
 def cispo_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
+    inputs: PolicyLossInputs,
     *,
     clip_low: float = 1.0,
     clip_high: float = 0.28,
@@ -142,15 +156,13 @@ def cispo_loss(
     ``eps_high``.
 
     Args:
-        logprobs: (N, T) current log-probs (requires grad). old_logprobs: (N, T) detached. advantages, mask: (N, T).
+        inputs: the (R, T) log-probs, old log-probs, advantages and mask (:class:`PolicyLossInputs`).
         clip_low, clip_high: the weight is clipped to ``[1 - clip_low, 1 + clip_high]``.
     Returns:
         :class:`PolicyLossOutput` (``clipped_*`` mark truncated weights, ``clipped_dual`` is 0).
-    Raises:
-        ValueError: shapes differ.
     """
-    _check_shapes(logprobs, old_logprobs, advantages, mask)
-    mask = mask.float()
+    logprobs, old_logprobs, advantages = inputs.logprobs, inputs.old_logprobs, inputs.advantages
+    mask = inputs.mask.float()
     ratio = torch.exp((logprobs - old_logprobs.detach()).clamp(-20.0, 20.0)).detach()
     weight = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     loss = -weight * advantages * logprobs

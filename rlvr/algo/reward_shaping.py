@@ -20,7 +20,7 @@ from torch import Tensor
 
 AllReduceSum = Callable[[Tensor], Tensor]
 """Sums a tensor over data-parallel ranks (every rank must call it); the trainer passes
-:func:`rlvr.trainer.distributed.all_reduce_sum`."""
+:func:`rlvr.runtime.distributed.all_reduce_sum`."""
 
 
 def last_token_index(attention_mask: Tensor) -> Tensor:

@@ -47,8 +47,11 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
 
     report = Report()
     try:
-        if load_recipe_dict(path).get("kind") == "reward_model":
+        kind = load_recipe_dict(path).get("kind")
+        if kind == "reward_model":
             return _check_reward_model_recipe(path, overrides, report), None, None
+        if kind in ("sft", "dpo"):
+            return _check_stage_recipe(path, kind, overrides, report, options)
         recipe = load_recipe(path, overrides)
     except RecipeError as exc:
         report.add("error", "schema", f"{exc}\n({_USER_ERRORS_NOTE})")
@@ -81,6 +84,8 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
         except (UnknownVerifierError, VerifierKwargsError) as exc:
             verifiers_ok = False
             report.add("error", "verifiers", str(exc))
+    if recipe.rollout.environment is not None:
+        _check_environment(report, recipe)
 
     rows = None
     src = recipe.data.source
@@ -129,6 +134,42 @@ def check_recipe_file(path: str, overrides: list[str], options: Any) -> tuple[An
     return report, recipe, first
 
 
+def _check_environment(report: Any, recipe: Any) -> None:
+    """``rollout.environment`` resolves to an Environment subclass whose constructor takes ``environment_kwargs`` (and
+    the tools, with ``rollout.tools``); it is not built here (:func:`rlvr.tools.loading.environment_class`)."""
+    from rlvr.import_paths import ImportPathError
+    from rlvr.tools.loading import EnvironmentLoadError, environment_class
+
+    path = recipe.rollout.environment
+    try:
+        cls = environment_class(recipe.rollout.tools_config())
+    except (ImportPathError, EnvironmentLoadError) as exc:
+        report.add("error", "environment", str(exc))
+        return
+    module = sys.modules.get(cls.__module__)
+    gold = "the whole row" if recipe.rollout.environment_sees_gold else "the row without its gold"
+    report.add("ok", "environment", f"{path} resolves (from {getattr(module, '__file__', '?')}); environment_kwargs "
+                                    f"{recipe.rollout.environment_kwargs or '{}'} fit its constructor; it sees {gold}")
+
+
+def _check_stage_recipe(path: str, kind: str, overrides: list[str], report: Any, options: Any
+                        ) -> tuple[Any, Any, str | None]:
+    """The checks of an SFT or preference recipe (:mod:`rlvr.preflight.stage_checks`), and its verifiers."""
+    from rlvr.preflight.stage_checks import check_stage_recipe
+    from rlvr.runs.verifier_inputs import VerifierKwargsError, add_recipe_import_paths, check_verifier_kwargs
+    from rlvr.verifiers.registry import UnknownVerifierError, get_verifier
+
+    add_recipe_import_paths(path)
+    recipe, shown = check_stage_recipe(path, kind, overrides, report, options)
+    for v in recipe.verifiers if recipe is not None else []:
+        try:
+            check_verifier_kwargs(v.name, get_verifier(v.name), v.kwargs)
+            report.add("ok", "verifiers", f"{v.name} resolves (the generation eval on the held-out prompts)")
+        except (UnknownVerifierError, VerifierKwargsError) as exc:
+            report.add("error", "verifiers", str(exc))
+    return report, recipe, shown
+
+
 def _check_reward_model_recipe(path: str, overrides: list[str], report: Any) -> Any:
     """The checks that apply to a reward-model recipe (``kind: reward_model``): schema, preference data, model."""
     from rlvr.config import RecipeError, load_reward_model_recipe
@@ -171,7 +212,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"== {path}")
         print(report.render())
         if args.show_prompt:
-            print("-- one training prompt, as the policy sees it:" if prompt is not None else
+            stage = getattr(recipe, "kind", None) in ("sft", "dpo")
+            print(("-- one training example, the learned tokens between \u00ab and \u00bb:" if stage else
+                   "-- one training prompt, as the policy sees it:") if prompt is not None else
                   "-- no prompt to show (the data or the tokenizer did not load)")
             if prompt is not None:
                 print(prompt)

@@ -1,5 +1,6 @@
 """``rlvr eval``: held-out metrics of any model (a run's checkpoint, a folder, a hub name) on a recipe's eval split,
-without DeepSpeed or an optimizer; with the recipe's tools (``rollout.tools``) when it has any."""
+without DeepSpeed or an optimizer; with the recipe's tools and environment (``rollout.tools``,
+``rollout.environment``) when it has them."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.preflight import CheckOptions
+from rlvr.rollout.tool_sampler import build_tool_sampler, engine_eos_ids
 from rlvr.runs.evaluation import run_eval
 from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
-from rlvr.runs.tool_rollouts import build_tool_sampler, engine_eos_ids
+from rlvr.tools.loading import build_environment
 
 
 def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
-    """pass@1 (± standard error), pass@k, maj@k, mean length of ``recipe.model`` on the recipe's held-out prompts.
+    """pass@1 (± standard error), pass@k, maj@k, mean length of ``recipe.model`` on the recipe's held-out prompts;
+    with ``rollout.tools``, also the held-out tool use (``tools/*``: fraction of samples calling, calls and turns per
+    sample, error rate).
 
     Raises:
         DataError, ModelLoadError, UnknownVerifierError, VerifierKwargsError, PreflightError: before the model is
@@ -26,11 +30,17 @@ def evaluate_recipe(recipe: Recipe, k: int | None = None) -> dict[str, Any]:
         tokenizer, prompts = inputs.tokenizer, inputs.prompt_set.eval
         if not prompts:
             raise ValueError("the recipe's eval split is empty: set data.eval_size > 0")
+        env = build_environment(recipe.rollout.tools_config(), tokenizer)  # a bad one fails before the model loads
         engine = load_sampling_engine(recipe, inputs.model_path, tokenizer)
-        ev = recipe.eval
-        tools = build_tool_sampler(engine, tokenizer, recipe.rollout, recipe.data, inputs.prompt_set.shots,
-                                   engine_eos_ids(engine, tokenizer))
-        result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
-                          temperature=ev.temperature, max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,
-                          top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed, tools=tools)
+        try:
+            ev = recipe.eval
+            tools = build_tool_sampler(engine, tokenizer, recipe, inputs.prompt_set.shots,
+                                       engine_eos_ids(engine, tokenizer), env=env)
+            result = run_eval(engine, tokenizer, prompts, inputs.reward_fn, recipe.solved_verifier, k=k or ev.k,
+                              temperature=ev.temperature,
+                              max_new_tokens=ev.max_new_tokens or recipe.rollout.max_new_tokens,
+                              top_p=recipe.rollout.top_p, top_k=recipe.rollout.top_k, seed=ev.seed, tools=tools)
+        finally:
+            if hasattr(engine, "close"):  # the server engine stops the servers it started
+                engine.close()
     return {"model": recipe.model.name, **result.as_dict()}

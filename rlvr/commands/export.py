@@ -9,6 +9,7 @@ A LoRA run's checkpoints hold the adapters alone (``checkpoints/step-N/model`` i
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 from pathlib import Path
 
@@ -63,7 +64,18 @@ def export_model(source: Path, out: Path, merge: bool) -> Path:
     model = load_merged_adapter(source, ModelConfig(name=str(source)))
     model.save_pretrained(out, safe_serialization=True)
     AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    _default_modes(out)
     return out
+
+
+def _default_modes(folder: Path) -> None:
+    """Give every file the mode a new file gets here (0644 under the usual umask): some writers go through a private
+    temporary file (0600), which would leave the exported weights readable by their owner only."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in Path(folder).rglob("*"):
+        if f.is_file():
+            f.chmod(0o666 & ~umask)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from rlvr.cli import check_run_dir
     from rlvr.config import load_reward_model_recipe
+    from rlvr.runs.run_dir import check_run_dir
 
     recipe = load_reward_model_recipe(args.recipe, args.set)  # validated before torch is imported
     run_dir = Path(args.output or Path("runs") / Path(args.recipe).stem)

@@ -4,7 +4,9 @@ Each input line is a JSON object with `solution` (source), `test_type` (stdio, c
 and optionally `language` (python, c, cpp, java, javascript; default python), `checker` and `limits`
 (`time_s`, `memory_mb`, ...). Prints one JSON line per input, in input order: the input's fields plus
 `score` (fraction of tests passed), `passed` (bool) and `verdicts` (AC, WA, TLE, MLE, RE, CE, OLE per
-test); a line that cannot be judged (an unknown language, malformed tests) gets `error` instead. A
+test); a line that cannot be judged (an unknown language, malformed tests) gets `error` instead, and so does a
+program whose judging failed (the sandbox broke, a checker raised: its tests read IE, its score is null). One
+program's failure never costs the other lines theirs. A
 progress bar (programs judged of all) and then a summary go to stderr. Exit code 0 when every line was
 judged, 1 otherwise.
 """
@@ -70,6 +72,9 @@ def _print_chunk(rows: list[dict[str, Any]], problems: list[str | None], judged:
         out: dict[str, Any] = dict(rows[i])
         if problems[i] is not None:
             out.update(score=None, passed=False, verdicts=[], error=problems[i])
+            n_bad += 1
+        elif judged[i].error:  # the machinery failed on this program: no score, its tests read IE
+            out.update(score=None, passed=False, verdicts=judged[i].codes, error=judged[i].error)
             n_bad += 1
         else:
             scored = score_result(judged[i], mode)

@@ -13,14 +13,15 @@ from rlvr.config.loading import (
                                  load_recipe,
                                  load_recipe_dict,
                                  load_reward_model_recipe,
+                                 load_stage_recipe,
+                                 recipe_kind,
                                  resolve,
 )
 from rlvr.config.resume import check_resumed_recipe, recipe_changes
 from rlvr.config.schema import (
-                                 ALGORITHM_OF_ADVANTAGE,
-                                 STD_NORMALIZE_DEFAULT,
                                  AdvantageConfig,
                                  AlgorithmConfig,
+                                 CorrectionConfig,
                                  CriticConfig,
                                  CurriculumConfig,
                                  DataConfig,
@@ -46,20 +47,32 @@ from rlvr.config.schema import (
                                  RewardModelRecipe,
                                  RewardModelTrainConfig,
                                  RolloutConfig,
+                                 RunConfig,
+                                 SandboxConfig,
                                  SolveRateConfig,
                                  StageConfig,
                                  TrainerConfig,
                                  VerifierConfig,
 )
+from rlvr.config.stage_schema import (
+                                 DPODataConfig,
+                                 DPORecipe,
+                                 PreferenceObjectiveConfig,
+                                 SFTDataConfig,
+                                 SFTRecipe,
+                                 StageEvalConfig,
+                                 StageRecipe,
+)
 
 __all__ = [
-    "AdvantageConfig", "ALGORITHM_OF_ADVANTAGE", "AlgorithmConfig", "apply_overrides", "check_resumed_recipe",
+    "AdvantageConfig", "AlgorithmConfig", "apply_overrides", "check_resumed_recipe", "CorrectionConfig",
     "CriticConfig", "CurriculumConfig", "DataConfig", "describe_algorithm", "DifficultyConfig", "dump_recipe",
     "DynamicSamplingConfig", "EvalConfig", "format_validation_error", "HFSource", "HumanEvalSource", "JsonlSource",
     "KLConfig", "load_any_recipe", "load_recipe", "load_recipe_dict", "load_reward_model_recipe", "LoraConfig",
     "ModelConfig",
     "OptimConfig", "OverlongConfig", "PoolsConfig", "PoolWeights", "PreferenceDataConfig", "ReasoningGymSource",
     "Recipe", "recipe_changes", "RecipeError", "resolve", "RewardConfig", "RewardModelConfig", "RewardModelRecipe",
-    "RewardModelTrainConfig", "RolloutConfig", "SolveRateConfig", "StageConfig", "STD_NORMALIZE_DEFAULT",
-    "TrainerConfig", "VerifierConfig"
+    "RewardModelTrainConfig", "RolloutConfig", "SandboxConfig", "SolveRateConfig", "StageConfig", "TrainerConfig",
+    "VerifierConfig", "RunConfig", "SFTRecipe", "DPORecipe", "StageRecipe", "SFTDataConfig", "DPODataConfig",
+    "PreferenceObjectiveConfig", "StageEvalConfig", "load_stage_recipe", "recipe_kind",
 ]

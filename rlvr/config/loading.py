@@ -12,7 +12,6 @@ a typo), the bad value and what was expected.
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 from pathlib import Path
 from types import UnionType
@@ -21,9 +20,9 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rlvr.algo.table import ALGORITHMS, CORRECTIONS
 from rlvr.config.presets import PRESETS
 from rlvr.config.schema import (
-    ALGORITHM_OF_ADVANTAGE,
     HFSource,
     HumanEvalSource,
     JsonlSource,
@@ -31,8 +30,11 @@ from rlvr.config.schema import (
     Recipe,
     RecipeError,
     RewardModelRecipe,
+    read_old_advantage_type,
 )
+from rlvr.config.stage_schema import DPORecipe, SFTRecipe, StageRecipe
 from rlvr.config.yaml_input import RecipeYAMLError, load_yaml
+from rlvr.did_you_mean import closest
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -170,14 +172,15 @@ def format_validation_error(err: ValidationError, root: type[BaseModel] | None =
         if e["type"] == "extra_forbidden":
             owner = _model_at(loc[:-1], root or Recipe)
             valid = sorted(getattr(owner, "model_fields", {}))
-            close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
+            close = closest(str(loc[-1]), valid, max_share=0.5)
             hint = ""
             if close:
-                suggestion = key.rsplit(".", 1)[0] + "." + close[0] if "." in key else close[0]
+                suggestion = key.rsplit(".", 1)[0] + "." + close if "." in key else close
                 hint = f"; did you mean {suggestion!r}?"
             lines.append(f"unknown key {key!r}{hint} (valid keys here: {', '.join(valid)})")
-        elif e["type"] == "value_error" and not loc:
-            lines.append(e["msg"].removeprefix("Value error, "))
+        elif e["type"] == "value_error":  # a validator's own message, which names the value (and the key, often)
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(msg if not loc or key in msg else f"{key}: {msg}")
         elif e["type"] == "missing":
             lines.append(f"missing required key {key!r}")
         else:
@@ -211,9 +214,14 @@ def resolve(raw: dict) -> Recipe:
     if not isinstance(preset, str):
         raise RecipeError(f"preset: expected one name ({', '.join(PRESETS)}), got {type(preset).__name__} {preset!r}")
     if preset not in PRESETS:
-        close = difflib.get_close_matches(str(preset), list(PRESETS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        close = closest(str(preset), PRESETS)
+        hint = f"; did you mean {close!r}?" if close else ""
         raise RecipeError(f"unknown preset {preset!r}{hint} (valid: {', '.join(PRESETS)})")
+    if isinstance(raw.get("algorithm"), dict):  # the older advantage.type read as algorithm.name, before the preset's
+        try:
+            raw = {**raw, "algorithm": read_old_advantage_type(raw["algorithm"])}
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
     merged = deep_merge(PRESETS[preset], raw)
     _refuse_bools_as_numbers(merged, Recipe, "")
     _refuse_preset_contradiction(preset, raw)
@@ -224,34 +232,62 @@ def resolve(raw: dict) -> Recipe:
 
 
 def _refuse_preset_contradiction(preset: str, raw: dict) -> None:
-    """``algorithm.name`` in the recipe against the ``advantage.type`` its preset sets (e.g. ``preset: grpo`` with
-    ``algorithm.name: ppo``): named here, where the preset is known. Raises RecipeError."""
-    name = (raw.get("algorithm") or {}).get("name") if isinstance(raw.get("algorithm"), dict) else None
-    own_type = ((raw.get("algorithm") or {}).get("advantage") or {}).get("type") if name else None
-    preset_type = PRESETS[preset].get("algorithm", {}).get("advantage", {}).get("type")
-    if name and own_type is None and preset_type and ALGORITHM_OF_ADVANTAGE.get(preset_type, name) != name:
-        raise RecipeError(f"algorithm.name={name!r} contradicts preset {preset!r}, which sets algorithm.advantage.type="
-                          f"{preset_type!r} ({ALGORITHM_OF_ADVANTAGE[preset_type]}): use "
-                          f"{'preset: ppo' if name == 'ppo' else 'another preset'}, or drop algorithm.name")
+    """``algorithm.name`` in the recipe against the algorithm its preset sets, where their baselines differ (e.g.
+    ``preset: grpo`` with ``algorithm.name: ppo``: GRPO's settings would be given to an algorithm with a critic); a
+    preset of one group-relative algorithm with another's name is fine (``preset: dapo``, ``name: rloo``). Named here,
+    where the preset is known. Raises RecipeError."""
+    name = raw["algorithm"].get("name") if isinstance(raw.get("algorithm"), dict) else None
+    preset_name = PRESETS[preset].get("algorithm", {}).get("name")
+    if not (isinstance(name, str) and name in ALGORITHMS and preset_name):
+        return
+    mine, theirs = ALGORITHMS[name], ALGORITHMS[preset_name]
+    if mine.baseline != theirs.baseline:
+        fitting = [p for p, body in PRESETS.items()
+                   if ALGORITHMS[body.get("algorithm", {}).get("name", "grpo")].baseline == mine.baseline
+                   and p != "none"]
+        instead = " or ".join(f"preset: {p}" for p in fitting) or "preset: none"
+        raise RecipeError(f"algorithm.name={name!r} contradicts preset {preset!r}, which sets algorithm.name="
+                          f"{preset_name!r} (a {theirs.baseline} baseline, {name} has a {mine.baseline} one): use "
+                          f"{instead}, or drop algorithm.name")
 
 
-def _refuse_wrong_kind(path: str | Path, raw: dict, want_reward_model: bool) -> None:
-    """A recipe handed to the command of the other kind: name the command it is for. Raises RecipeError."""
-    is_reward_model = raw.get("kind") == "reward_model"
-    if is_reward_model and not want_reward_model:
-        raise RecipeError(f"{path} is a reward-model recipe (kind: reward_model): train it with `rlvr rm train "
-                          f"{path}`; `rlvr train` takes a policy recipe (model, data, rollout, verifiers, ...)")
-    if not is_reward_model and want_reward_model:
-        if "kind" in raw:
-            raise RecipeError(f"{path}: kind: {raw['kind']!r}; a reward-model recipe has kind: reward_model")
-        policy_keys = sorted(set(raw) & {"preset", "rollout", "verifiers", "reward", "algorithm", "optim", "trainer",
-                                         "eval", "curriculum", "reward_model"})
-        if policy_keys:  # otherwise validation says what is missing (kind)
-            raise RecipeError(f"{path} is a policy recipe (it has {', '.join(policy_keys)}): train it with `rlvr "
-                              f"train {path}`; `rlvr rm train` takes a reward-model recipe (kind: reward_model)")
+RECIPE_KINDS: dict[str | None, tuple[str, str]] = {
+    None: ("rlvr train", "a policy recipe (model, data, rollout, verifiers, ...)"),
+    "reward_model": ("rlvr rm train", "a reward-model recipe (kind: reward_model)"),
+    "sft": ("rlvr sft", "an SFT recipe (kind: sft)"),
+    "dpo": ("rlvr dpo", "a preference recipe (kind: dpo)"),
+}
+"""A recipe's top-level ``kind`` (none for an RL policy recipe) -> the command that trains it, and what it is."""
+
+_POLICY_KEYS = {"preset", "rollout", "reward", "curriculum", "reward_model", "sandbox"}
+"""Top-level keys only an RL policy recipe has (a recipe without ``kind`` that holds none of them is not named as
+one: validation then says what is missing)."""
 
 
-def anchor_data_paths(recipe: Recipe | RewardModelRecipe, recipe_path: str | Path) -> None:
+def _refuse_wrong_kind(path: str | Path, raw: dict, want: str | None) -> None:
+    """A recipe handed to the command of another kind: name the command it is for. Raises RecipeError."""
+    kind = raw.get("kind")
+    if kind is not None and kind not in RECIPE_KINDS:
+        kinds = ", ".join(repr(k) for k in RECIPE_KINDS if k)
+        close = closest(str(kind), [k for k in RECIPE_KINDS if k])
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise RecipeError(f"{path}: unknown kind {kind!r}{hint} (valid: {kinds}, or no kind for an RL recipe)")
+    if kind == want:
+        return
+    command, what = RECIPE_KINDS[want]
+    if kind is not None:
+        other, other_what = RECIPE_KINDS[kind]
+        raise RecipeError(f"{path} is {other_what}: train it with `{other} {path}`; `{command}` takes {what}")
+    policy_keys = sorted(set(raw) & (_POLICY_KEYS | ({"verifiers", "algorithm", "optim", "trainer", "eval"}
+                                                     if want == "reward_model" else set())))
+    if policy_keys:
+        raise RecipeError(f"{path} is a policy recipe (it has {', '.join(policy_keys)}): train it with `rlvr "
+                          f"train {path}`; `{command}` takes {what}")
+    if want is not None:  # otherwise validation says what is missing (kind)
+        raise RecipeError(f"{path}: no kind: {want!r}; `{command}` takes {what}")
+
+
+def anchor_data_paths(recipe: Recipe | RewardModelRecipe | StageRecipe, recipe_path: str | Path) -> None:
     """Resolve the recipe's relative data files (``data.source.path``; ``data.eval_source.path`` of a reward-model
     recipe) as its ``module:function`` verifiers are: in the recipe's folder first, then in the working directory
     (where a ``--set`` path given on the command line is usually meant). A file found becomes its absolute path; a
@@ -275,7 +311,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Load, apply ``--set`` overrides, expand the preset, validate, resolve relative data files
     (:func:`anchor_data_paths`). Raises RecipeError (also for a reward-model recipe, naming ``rlvr rm train``)."""
     raw = load_recipe_dict(path)
-    _refuse_wrong_kind(path, raw, want_reward_model=False)
+    _refuse_wrong_kind(path, raw, None)
     recipe = resolve(apply_overrides(raw, overrides or []))
     anchor_data_paths(recipe, path)
     return recipe
@@ -286,18 +322,23 @@ def describe_algorithm(recipe: Recipe) -> str:
     ``algorithm ppo (preset ppo): advantage gae, critic from the reward model runs/rm, KL k1 in the reward, beta
     0.05, reward from reward model``."""
     a = recipe.algorithm
+    row = ALGORITHMS[a.name]
     preset = f" (preset {recipe.preset})" if recipe.preset != "none" else ""
-    parts = [f"advantage {a.advantage.type}"]
-    if a.name == "ppo":
+    parts = [f"advantage {row.advantages.rpartition(':')[2].removesuffix('_advantages')}"]
+    if row.baseline == "critic":
         rm = recipe.reward_model
         parts.append(f"critic from the reward model {rm.path or rm.paths[0]}" if a.critic.init == "reward_model"
                      and rm is not None else "critic on the policy's trunk")
     parts.append(f"KL {a.kl.estimator} in the {a.kl.placement}, beta {a.kl.beta}" if a.kl.beta > 0 else "no KL penalty")
+    if a.correction.type != "none":
+        c = a.correction
+        settings = ", ".join(f"{k} {getattr(c, k):g}" for k in CORRECTIONS[c.type].settings)
+        parts.append(f"correction {c.type} ({settings})")
     parts.append(f"reward from {recipe.reward.source.replace('_', ' ')}")
     return f"algorithm {a.name}{preset}: {', '.join(parts)}"
 
 
-def dump_recipe(recipe: Recipe) -> str:
+def dump_recipe(recipe: BaseModel) -> str:
     """The resolved recipe as YAML, every default spelled out (written to ``recipe.resolved.yaml``)."""
     return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False, width=120)
 
@@ -305,7 +346,7 @@ def dump_recipe(recipe: Recipe) -> str:
 def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = None) -> RewardModelRecipe:
     """Load a reward-model recipe (``rlvr rm train``), apply ``--set`` overrides, validate. Raises RecipeError."""
     raw = load_recipe_dict(path)
-    _refuse_wrong_kind(path, raw, want_reward_model=True)
+    _refuse_wrong_kind(path, raw, "reward_model")
     raw = apply_overrides(raw, overrides or [])
     try:
         recipe = RewardModelRecipe.model_validate(raw)
@@ -315,8 +356,52 @@ def load_reward_model_recipe(path: str | Path, overrides: list[str] | None = Non
     return recipe
 
 
-def load_any_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe | RewardModelRecipe:
-    """A policy recipe, or a reward-model recipe when its top-level ``kind`` is ``reward_model``. Raises RecipeError."""
-    if load_recipe_dict(path).get("kind") == "reward_model":
+def load_stage_recipe(path: str | Path, kind: str, overrides: list[str] | None = None) -> StageRecipe:
+    """Load an SFT (``kind: sft``) or preference (``kind: dpo``) recipe, apply ``--set`` overrides, validate, resolve
+    its relative data files and chat-template file. Raises RecipeError (also for a recipe of another kind, naming the
+    command it is for)."""
+    raw = load_recipe_dict(path)
+    _refuse_wrong_kind(path, raw, kind)
+    raw = apply_overrides(raw, overrides or [])
+    cls = SFTRecipe if kind == "sft" else DPORecipe
+    _refuse_bools_as_numbers(raw, cls, "")
+    try:
+        recipe = cls.model_validate(raw)
+    except ValidationError as err:
+        raise RecipeError(format_validation_error(err, cls)) from None
+    anchor_data_paths(recipe, path)
+    _read_chat_template(recipe, path)
+    return recipe
+
+
+def _read_chat_template(recipe: StageRecipe, recipe_path: str | Path) -> None:
+    """``data.chat_template`` given as a ``.jinja`` file (relative: the recipe's folder, then the working directory)
+    becomes the file's text. Raises RecipeError for a ``.jinja`` path that is in neither."""
+    value = recipe.data.chat_template
+    if value is None or "{" in value or not value.strip().endswith(".jinja"):
+        return
+    path = Path(value).expanduser()
+    folders = [Path(recipe_path).resolve().parent, Path.cwd().resolve()]
+    found = path if path.is_absolute() else next((f / path for f in folders if (f / path).is_file()), None)
+    if found is None or not found.is_file():
+        raise RecipeError(f"data.chat_template: file not found: {value} (looked in "
+                          f"{' and '.join(str(f) for f in folders)})")
+    recipe.data.chat_template = found.read_text(encoding="utf-8")
+
+
+def recipe_kind(path: str | Path) -> str | None:
+    """The top-level ``kind`` of the recipe at ``path`` (None: an RL policy recipe). Raises RecipeError as
+    :func:`load_recipe_dict`."""
+    kind = load_recipe_dict(path).get("kind")
+    return kind if isinstance(kind, str) else None
+
+
+def load_any_recipe(path: str | Path, overrides: list[str] | None = None
+                    ) -> Recipe | RewardModelRecipe | StageRecipe:
+    """A recipe of whatever kind the file's top-level ``kind`` says (none: a policy recipe). Raises RecipeError."""
+    kind = recipe_kind(path)
+    if kind == "reward_model":
         return load_reward_model_recipe(path, overrides)
+    if kind in ("sft", "dpo"):
+        return load_stage_recipe(path, kind, overrides)
     return load_recipe(path, overrides)

@@ -35,7 +35,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "none": {},
     "grpo": {
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": True},
+            "name": "grpo",
+            "advantage": {"std_normalize": True},
             "loss_agg": "seq-mean-token-mean",
             "clip_low": 0.2, "clip_high": 0.2,
             "kl": {"beta": 0.04, "estimator": "k3", "placement": "loss"},
@@ -46,7 +47,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "dr_grpo": {
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": False},
+            "name": "grpo",
+            "advantage": {"std_normalize": False},
             "loss_agg": "seq-mean-token-sum-norm",
             "clip_low": 0.2, "clip_high": 0.2,
             "kl": {"beta": 0.0},
@@ -57,7 +59,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "dapo": {
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": True},
+            "name": "grpo",
+            "advantage": {"std_normalize": True},
             "loss_agg": "token-mean",
             "clip_low": 0.2, "clip_high": 0.28,
             "kl": {"beta": 0.0},
@@ -68,7 +71,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "gspo": {
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": True},
+            "name": "grpo",
+            "advantage": {"std_normalize": True},
             "policy_loss": "ppo_clip", "importance_sampling_level": "sequence",
             "loss_agg": "seq-mean-token-mean",
             "clip_low": 3e-4, "clip_high": 4e-4,
@@ -80,7 +84,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "cispo": {
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": True},
+            "name": "grpo",
+            "advantage": {"std_normalize": True},
             "policy_loss": "cispo", "importance_sampling_level": "token",
             "loss_agg": "token-mean",
             "clip_low": 1.0, "clip_high": 4.0,
@@ -93,7 +98,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ppo": {
         "algorithm": {
             "name": "ppo",
-            "advantage": {"type": "gae", "gamma": 1.0, "lam": 0.95, "std_normalize": True},
+            "advantage": {"gamma": 1.0, "lam": 0.95, "std_normalize": True},
             "policy_loss": "ppo_clip", "importance_sampling_level": "token",
             "loss_agg": "token-mean",
             "clip_low": 0.2, "clip_high": 0.2,
@@ -112,7 +117,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             {"name": "format", "weight": 0.1, "kwargs": {"prefilled_think": True}},
         ],
         "algorithm": {
-            "advantage": {"type": "grpo", "std_normalize": True},
+            "name": "grpo",
+            "advantage": {"std_normalize": True},
             "loss_agg": "token-mean",
             "clip_low": 0.2, "clip_high": 0.2,
             "kl": {"beta": 0.001, "estimator": "k3", "placement": "loss"},

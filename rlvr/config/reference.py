@@ -1,5 +1,7 @@
 """The recipe reference: every key of a training recipe and of a reward-model recipe, with its type, default and one
-line of help, rendered from the schema itself (each field's docstring in :mod:`rlvr.config.schema` is its help).
+line of help, rendered from the schema itself (each field's docstring in :mod:`rlvr.config.schema` is its help), and
+the rows of the algorithm table (:mod:`rlvr.algo.table`) that ``algorithm.name``, ``algorithm.policy_loss`` and
+``algorithm.correction.type`` name.
 
     python -m rlvr.config.reference > docs/recipe-reference.md    # make docs does this
 
@@ -18,7 +20,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from rlvr.config.schema import Recipe, RewardModelRecipe
+from rlvr.algo.table import ALGORITHMS, CORRECTIONS, OBJECTIVES, POLICY_LOSSES, Table, needs
+from rlvr.config.schema import AlgorithmConfig, Recipe, RewardModelRecipe
+from rlvr.config.stage_schema import DPORecipe, SFTRecipe
 
 HEADER = """# Recipe reference
 
@@ -40,7 +44,9 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
             text = _help(sections[0][0].__doc__)
         if not text and name == "type" and typing.get_origin(info.annotation) is Literal:
             text = "Selects this kind of section."
-        yield key, _type_name(info.annotation), _default(info), text
+        table = next((m for m in info.metadata if isinstance(m, Table)), None)
+        kind = " | ".join(f'`"{n}"`' for n in table.names()) if table is not None else _type_name(info.annotation)
+        yield key, kind, _default(info), text
         for section, is_list in sections:
             label = key + ("[]" if is_list else "")
             tag = section.model_fields.get("type")
@@ -50,14 +56,57 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
 
 
 def render() -> str:
-    """The whole reference as markdown: training recipes, then reward-model recipes."""
+    """The whole reference as markdown: training recipes, then SFT, preference and reward-model recipes."""
     out = [HEADER]
     for title, model in (("Training recipes (`rlvr train`, `rlvr check`)", Recipe),
+                         ("SFT recipes (`rlvr sft`; `kind: sft`)", SFTRecipe),
+                         ("Preference recipes (`rlvr dpo`; `kind: dpo`)", DPORecipe),
                          ("Reward-model recipes (`rlvr rm train`; `kind: reward_model`)", RewardModelRecipe)):
         out += [f"## {title}", "", "| key | type | default | help |", "| --- | --- | --- | --- |"]
         out += [f"| `{k}` | {_cell(t)} | {_cell(d)} | {_cell(h)} |" for k, t, d, h in field_rows(model)]
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + algorithm_rows())
+
+
+def algorithm_rows() -> list[str]:
+    """The algorithm table's rows as markdown: each algorithm with its estimator, baseline, defaults and what it needs
+    at the schema's defaults otherwise; each policy loss with the keys it reads."""
+    out = ["## Algorithms (`algorithm.name`)", "",
+           "The rows of `rlvr/algo/table.py`. *Needs* is at `kl.beta: 0` and one optimizer step per batch; a KL "
+           "penalty adds the reference model, several optimizer steps (or the KL in the reward) the policy's old "
+           "log-probs.",
+           "", "| name | advantages | baseline | normalised over | std_normalize | KL | needs | what it is |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in ALGORITHMS:
+        need = needs(AlgorithmConfig(name=row.name))
+        held = [what for what, wanted in (("reference", need.reference), ("critic", need.critic),
+                                          ("old log-probs", need.old_logprobs)) if wanted] or ["the policy only"]
+        out.append(f"| `{row.name}` | `{row.advantages}` | {row.baseline} | {row.normalisation} | "
+                   f"`{str(row.std_normalize).lower()}` | {row.kl_estimator} in the {row.kl_placement} | "
+                   f"{', '.join(held)} | {_cell(row.summary)} |")
+    out += ["", "## Policy losses (`algorithm.policy_loss`)", "", "| name | loss | reads | what it is |",
+            "| --- | --- | --- | --- |"]
+    for loss in POLICY_LOSSES:
+        out.append(f"| `{loss.name}` | `{loss.loss}` | {', '.join(f'`{k}`' for k in loss.settings)} | "
+                   f"{_cell(loss.summary)} |")
+    out += ["", "## Corrections for stale and mismatched tokens (`algorithm.correction.type`)", "",
+            "Each weighs or masks a token's policy-gradient loss by its ratio pi_old / pi_behav (the trainer's "
+            "log-prob before the update over the rollout engine's); any but `none` needs the old log-probs. "
+            "`docs/server-rollouts.md` compares them.", "", "| name | weights | reads (default) | what it is |",
+            "| --- | --- | --- | --- |"]
+    for row in CORRECTIONS:
+        reads = ", ".join(f"`{k}` ({v:g})" for k, v in row.settings.items()) or "—"
+        out.append(f"| `{row.name}` | {f'`{row.weights}`' if row.weights else '—'} | {reads} | {_cell(row.summary)} |")
+    out += ["", "## Objectives of SFT and preference recipes (`algorithm.name` of `kind: sft` / `kind: dpo`)", "",
+            "The same loop, model workers and checkpoints as the algorithms above, on batches read from data. A "
+            "reference is never a resident model: its log-probs are computed once before training and stored in the "
+            "run.", "", "| name | kind | loss | data | reads | reference | what it is |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row in OBJECTIVES:
+        reads = ", ".join(f"`{k}`" for k in row.settings) or "—"
+        out.append(f"| `{row.name}` | {row.stage} | `{row.loss}` | {row.data} | {reads} | "
+                   f"{'log-probs computed once' if row.reference else 'none'} | {_cell(row.summary)} |")
+    return out + [""]
 
 
 def _sections(annotation: Any) -> list[tuple[type[BaseModel], bool]]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
-from rlvr.config.schema import Recipe, RecipeError
+from rlvr.config.schema import Recipe, RecipeError, read_old_advantage_type
 
 
 def flatten_keys(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -35,7 +37,17 @@ RESTORED_FROM_CHECKPOINT = ("optim.lr", "optim.betas", "optim.weight_decay")
 """Keys a resumed run takes from the checkpoint's optimizer and LR-scheduler state, whatever the recipe says."""
 
 
-def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[str] | tuple[str, ...] = ()) -> None:
+def _with_new_keys(saved: dict, cls: type[BaseModel] = Recipe) -> dict:
+    """The saved recipe read by this version's schema, so keys added since the run was written take their defaults on
+    both sides (a run of an older rlvr resumes unless the recipe changes a key); the saved dict as it is when this
+    schema no longer reads it."""
+    try:
+        return cls.model_validate(saved).model_dump(mode="json")
+    except (ValueError, TypeError):
+        return saved
+
+
+def check_resumed_recipe(saved_yaml: str, recipe: BaseModel, allow_changed: list[str] | tuple[str, ...] = ()) -> None:
     """Refuse to resume a run with a recipe that differs from the run's own ``recipe.resolved.yaml``.
 
     Args:
@@ -46,6 +58,10 @@ def check_resumed_recipe(saved_yaml: str, recipe: Recipe, allow_changed: list[st
             :data:`RESTORED_FROM_CHECKPOINT` (allowed or not: the checkpoint would silently override it).
     """
     saved = yaml.safe_load(saved_yaml) or {}
+    if isinstance(saved.get("algorithm"), dict):  # a run resolved before algorithm.name was the one key
+        with contextlib.suppress(ValueError):  # a contradiction is left for the comparison to name
+            saved["algorithm"] = read_old_advantage_type(saved["algorithm"])
+    saved = _with_new_keys(saved, type(recipe))
     changes = recipe_changes(saved, recipe.model_dump(mode="json"))
     # ``auto`` resolves per machine and the run records what it chose (``rollout.engine: hf``): auto matches it
     changes = {k: (old, new) for k, (old, new) in changes.items() if not (k in AUTO_KEYS and new == "auto")}

@@ -33,9 +33,10 @@ from rlvr.curriculum.histogram import format_histogram
 from rlvr.data.prompts import Prompt
 from rlvr.preflight import CheckOptions
 from rlvr.rollout.base import SamplingParams
+from rlvr.rollout.tool_sampler import ToolSampler, build_tool_sampler, engine_eos_ids
 from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
-from rlvr.runs.tool_rollouts import ToolSampler, build_tool_sampler, engine_eos_ids, verifier_samples
-from rlvr.runs.verifier_inputs import sample_dict
+from rlvr.runs.verifier_inputs import sample_dict, tool_verifier_samples
+from rlvr.tools.loading import build_environment
 from rlvr.verifiers.reward import RewardFunction
 
 SOLVE_RATE = "solve_rate"
@@ -163,7 +164,8 @@ def _measure(prompts: list[Prompt], engine: Any, tokenizer: Any, reward_fn: Rewa
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = tools.generate(prompts, k, sampling)
-        results = reward_fn.score(out.texts, verifier_samples(out, k, sampling.max_new_tokens))
+        results = reward_fn.score(out.texts, tool_verifier_samples(out, k, sampling.max_new_tokens))
+        tools.add_episode_rewards(results, out)  # the environment's, if it rewards episodes
         solved = [(r.scores.get(solved_label) or 0.0) >= 1.0 - 1e-9 for r in results]
         return [sum(solved[j * k:(j + 1) * k]) / k for j in range(len(prompts))], out.sampled_tokens
     with torch.random.fork_rng(devices=[]):
@@ -222,10 +224,11 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
                               f"training prompts (first: {str(strangers[0].get(key))[:80]!r}): use another --out")
         done = {str(r[key]) for r in measured}
         todo = [p for p in prompts if str(p.row[key]) not in done]
-        engine = engine or load_sampling_engine(recipe, inputs.model_path, tokenizer)
         ro = recipe.rollout
-        tools = build_tool_sampler(engine, tokenizer, ro, recipe.data, inputs.prompt_set.shots,
-                                   engine_eos_ids(engine, tokenizer)) if ro.tools else None
+        env = build_environment(ro.tools_config(), tokenizer)  # a bad one fails before the model loads
+        engine = engine or load_sampling_engine(recipe, inputs.model_path, tokenizer)
+        tools = build_tool_sampler(engine, tokenizer, recipe, inputs.prompt_set.shots,
+                                   engine_eos_ids(engine, tokenizer), env=env)
         sampling = SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k,
                                   max_new_tokens=ro.max_new_tokens)
         tokens = 0

@@ -10,6 +10,11 @@ answer format without teaching the solution; with ``data.shot_field`` the assist
 a worked solution such as a tool call: a ```python block, the ```output block the rollout appends to it (fenced
 call format), then ``\\boxed{answer}`` (``datasets/make_arith_tool.py`` writes such a field). Models without a chat
 template get "Question: ...\\nAnswer:" text.
+
+A row's prompt is text, or a conversation in TRL's conversational format: a list of ``{"role", "content"}`` messages
+(``system``, ``user``, ``assistant``) ending in a user turn. The chat template is then applied once over the whole
+conversation: a system turn of the row is kept (``data.system_prompt`` applies to rows without one), few-shot examples
+come after the system turn and before the row's turns, and the instruction is appended to the last user turn.
 """
 
 from __future__ import annotations
@@ -34,6 +39,36 @@ def _user_text(question: str, cfg: DataConfig) -> str:
     return f"{question}\n{instruction}" if instruction else question
 
 
+ROLES = ("system", "user", "assistant")
+
+
+def question_text(row: dict[str, Any], cfg: DataConfig) -> str:
+    """The question of ``row``: its prompt text, or the content of the last user turn of a conversation."""
+    value = row[cfg.prompt_field]
+    if isinstance(value, list):
+        return next(str(m["content"]) for m in reversed(value) if m.get("role") == "user")
+    return str(value)
+
+
+def conversation_problem(value: Any) -> str | None:
+    """Why ``value`` is not a usable conversation (a list of ``{"role", "content"}`` messages with known roles and text
+    content, a system turn only first, ending in a user turn), or None."""
+    if not value:
+        return "an empty list of messages"
+    for i, m in enumerate(value):
+        if not isinstance(m, dict) or set(m) - {"role", "content"} or not isinstance(m.get("content"), str):
+            return f"message {i + 1} is not a {{'role', 'content'}} mapping with text content"
+        if m.get("role") not in ROLES:
+            return f"message {i + 1} has role {m.get('role')!r}; expected one of {', '.join(ROLES)}"
+        if m["role"] == "system" and i > 0:
+            return f"message {i + 1} is a system turn after the first message"
+        if not m["content"].strip():
+            return f"message {i + 1} is empty"
+    if value[-1]["role"] != "user":
+        return f"the last message is a {value[-1]['role']} turn; the policy answers a user turn"
+    return None
+
+
 def _shot_answer(row: dict[str, Any], cfg: DataConfig) -> str:
     if cfg.shot_field:
         return str(row[cfg.shot_field])
@@ -50,26 +85,30 @@ def prompt_messages(row: dict[str, Any], cfg: DataConfig, shots: list[dict[str, 
     """
     if cfg.template == "r1":
         raise ValueError("data.template=r1 is plain text, not chat turns: use render_prompt")
+    value = row[cfg.prompt_field]
+    turns = [dict(m) for m in value] if isinstance(value, list) else [{"role": "user", "content": str(value)}]
+    system = turns.pop(0)["content"] if turns[0]["role"] == "system" else cfg.system_prompt
     messages: list[dict[str, str]] = []
-    if cfg.system_prompt:
-        messages.append({"role": "system", "content": cfg.system_prompt})
+    if system:
+        messages.append({"role": "system", "content": system})
     for shot in shots:
-        messages.append({"role": "user", "content": _user_text(str(shot[cfg.prompt_field]), cfg)})
+        messages.append({"role": "user", "content": _user_text(question_text(shot, cfg), cfg)})
         messages.append({"role": "assistant", "content": _shot_answer(shot, cfg)})
-    messages.append({"role": "user", "content": _user_text(str(row[cfg.prompt_field]), cfg)})
-    return messages
+    last = max(i for i, m in enumerate(turns) if m["role"] == "user")
+    turns[last]["content"] = _user_text(turns[last]["content"], cfg)
+    return messages + turns
 
 
 def render_prompt(row: dict[str, Any], tokenizer: PreTrainedTokenizerBase, cfg: DataConfig,
                   shots: list[dict[str, Any]] = ()) -> str:
     """The prompt text for ``row`` (ready to tokenize with ``add_special_tokens=False``)."""
     if cfg.template == "r1":
-        return R1_ZERO_TEMPLATE.format(question=str(row[cfg.prompt_field]))
+        return R1_ZERO_TEMPLATE.format(question=question_text(row, cfg))
     messages = prompt_messages(row, cfg, shots)
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     parts = [m["content"] for m in messages if m["role"] == "system"]
-    for m in messages:
+    for m in messages:  # (a conversation's earlier assistant turns read as answers too)
         if m["role"] == "user":
             parts.append(f"Question: {m['content']}")
         elif m["role"] == "assistant":

@@ -18,10 +18,34 @@ class ModelLoadError(RuntimeError):
     """The model named in the recipe cannot be found or loaded."""
 
 
+def run_model_folder(path: Path) -> Path | None:
+    """The model of a run folder (one with ``checkpoints/``, written by ``rlvr train``, ``rlvr sft`` or ``rlvr dpo``):
+    its newest checkpoint's ``model/`` (the HF folder, or a LoRA run's adapter folder); None when ``path`` is no run
+    folder.
+
+    Raises:
+        ModelLoadError: a run folder whose newest checkpoint has no ``model/`` (the run stopped before its end: only
+            its last checkpoint holds the HF folder unless ``trainer.export_every_checkpoint``).
+    """
+    folder = Path(path) / "checkpoints"
+    if not folder.is_dir() or (Path(path) / "config.json").is_file():
+        return None
+    steps = sorted((int(p.name[5:]), p) for p in folder.glob("step-*") if p.name[5:].isdigit() and p.is_dir())
+    if not steps:
+        raise ModelLoadError(f"{path} is a run folder without a finished checkpoint: nothing to start from")
+    newest = steps[-1][1]
+    if not (newest / "model").is_dir():
+        raise ModelLoadError(f"{path}: its newest checkpoint {newest.name} holds no model/ folder (the run did not "
+                             f"finish); name the checkpoint's model after `rlvr export {path} -o DIR`, or finish the "
+                             "run with --resume")
+    return newest / "model"
+
+
 def resolve_model_path(name: str) -> str:
     """The folder or hub name to hand to ``from_pretrained``; converts the embedded model on first use. A folder with
     a saved LoRA adapter (``adapter_config.json``, e.g. a LoRA run's checkpoint) is accepted: :func:`load_causal_lm`
-    merges it into the base model it names.
+    merges it into the base model it names. A run folder (``runs/sft``: an earlier stage) stands for its newest
+    checkpoint's model (:func:`run_model_folder`), so one stage starts from another with no conversion.
 
     Raises:
         ModelLoadError: a path-like name that does not exist, or a hub name whose config cannot be fetched (offline:
@@ -31,6 +55,9 @@ def resolve_model_path(name: str) -> str:
         return str(embedded_model_dir())
     path = Path(name).expanduser()
     looks_like_path = name.startswith((".", "/", "~")) or path.exists() or name.count("/") > 1
+    run_model = run_model_folder(path) if looks_like_path and path.is_dir() else None
+    if run_model is not None:
+        return str(run_model)
     if looks_like_path:
         if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
             raise ModelLoadError(f"model.name={name!r}: no model folder there (expected {path}/config.json); give a "
@@ -92,6 +119,44 @@ def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     return model
+
+
+def use_fast_layers(model: torch.nn.Module, device: torch.device) -> None:
+    """Rewire ``model`` in place to rlvr's faster paths of the same math: grouped-query attention where it runs
+    transformers' SDPA (:func:`rlvr.models.attention.use_grouped_query_attention`: no copy of keys and values per query
+    head; on a CPU a training attention twice as fast as torch's flash kernel), and on a ``cpu`` device RMSNorm and
+    SwiGLU as one kernel pass each way instead of 4-10 torch ops
+    (:func:`rlvr.kernels.cpu_fused_layers.fuse_cpu_layers`).
+
+    Called where a model for training or scoring is prepared (the policy, the reference, the critic), before anything
+    shares it: the rollout engine decodes with the policy itself or copies it.
+    """
+    from rlvr.kernels.cpu_fused_layers import fuse_cpu_layers
+    from rlvr.models.attention import use_grouped_query_attention
+
+    use_grouped_query_attention(model)
+    if torch.device(device).type == "cpu":
+        fuse_cpu_layers(model)
+
+
+def generation_eos_ids(path: str, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig) -> list[int]:
+    """What :func:`eos_token_ids` gives for the model at ``path``, read from its configs without loading weights (a
+    LoRA adapter folder: its base model's). Raises ModelLoadError as :func:`eos_token_ids`."""
+    from transformers import GenerationConfig
+
+    from rlvr.models.lora import config_folder
+
+    folder = config_folder(path)
+    try:
+        gen = GenerationConfig.from_pretrained(folder, revision=cfg.revision)
+    except OSError:  # no generation_config.json: transformers derives it from the model config
+        gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(
+            folder, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code))
+
+    class _Configs:
+        generation_config = gen
+
+    return eos_token_ids(_Configs(), tokenizer)  # type: ignore[arg-type]
 
 
 def eos_token_ids(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -13,7 +13,7 @@ import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
-from rlvr.models import cpu_logprobs
+from rlvr.kernels import cpu_logprobs
 from rlvr.models.attention import GQA_ATTENTION, MAX_SCORES_BYTES, SEGMENTS_KWARG, PackedSegments
 
 
@@ -48,7 +48,7 @@ class _FusedTokenLogprobs(torch.autograd.Function):
     logits' dtype. Autograd of the plain formula (``float()`` -> logsumexp -> gather, under checkpointing) makes about
     three times as many full-vocabulary passes: a zero-filled scatter for the gather, the float cast's backward, the
     recomputed forward and logsumexp's own softmax. On a CPU with AVX-512, both directions run as kernels of
-    :mod:`rlvr.models.cpu_logprobs` instead (one pass per row, no fp32 buffer), the same formulas.
+    :mod:`rlvr.kernels.cpu_logprobs` instead (one pass per row, no fp32 buffer), the same formulas.
     """
 
     @staticmethod

@@ -91,7 +91,8 @@ def meta_model(path: str, cfg: ModelConfig) -> torch.nn.Module:
     (for checks before the load, e.g. ``rlvr check``)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    config = AutoConfig.from_pretrained(config_folder(path), revision=cfg.revision,
+                                        trust_remote_code=cfg.trust_remote_code)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.trust_remote_code)
 
@@ -214,6 +215,20 @@ def adapter_base_name(path: str | Path) -> str:
     if not base:
         raise ModelLoadError(f"{path}/adapter_config.json names no base model (base_model_name_or_path)")
     return str(base)
+
+
+def config_folder(path: str | Path) -> str:
+    """Where ``path``'s model config is: the base model's folder (or hub name) for a saved adapter folder, which holds
+    no ``config.json``; ``path`` itself otherwise.
+
+    Raises:
+        ModelLoadError: an adapter folder whose base model cannot be resolved.
+    """
+    if not is_adapter_folder(path):
+        return str(path)
+    from rlvr.models.loading import resolve_model_path
+
+    return resolve_model_path(adapter_base_name(path))
 
 
 def load_merged_adapter(path: str | Path, cfg: ModelConfig, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

@@ -9,7 +9,7 @@ step ~1.3x slower in bf16), while on a 2-core AMD EPYC with AVX512_BF16 bf16 ran
 So ``auto`` decides:
 
 - on CUDA: bf16 where the device supports it, fp32 elsewhere (no measurement);
-- on a CPU without native bf16 (:func:`cpu_native_bf16`): fp32, without measuring;
+- on a CPU without native bf16 (:func:`rlvr.kernels.machine.cpu_native_bf16`): fp32, without measuring;
 - on a CPU with native bf16: by measurement (:func:`calibrate`, ~1-2 s once per machine, then read from a cache file),
   per stage: *training* (the autocast dtype of every forward and backward) from a training-shaped matmul,
   *generation* (the ``hf`` engine's generation copy, vLLM's weights) from a decode-shaped, bandwidth-bound one.
@@ -26,8 +26,6 @@ import hashlib
 import json
 import math
 import os
-import platform
-import statistics
 import sys
 import time
 import warnings
@@ -37,6 +35,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+
+from rlvr.kernels import machine
 
 PrecisionName = Literal["bf16", "fp32"]
 
@@ -50,6 +50,11 @@ casts of the weights in training; a weight copy and a cast after every step in g
 
 DEFAULT_MATMUL_SHAPE = (576, 1536)
 """(hidden, intermediate) measured where the model's are not given: SmolLM2-135M's, the embedded model's."""
+
+MIN_MEASURED_FLOPS = 1e8
+"""A model whose training-shaped matmul (:data:`TRAIN_TOKENS` rows) is under this many FLOPs (~1 ms) is kept in fp32
+without measuring: its step is overhead, not matmuls, so bf16 cannot pay, and timings that small are noise that
+would flip the choice (and the numbers a seed gives) between two first runs of a machine."""
 
 TRAIN_TOKENS = 1024
 """Rows of the training-shaped matmul (tokens of a micro-batch); fewer where the model is so wide that one matmul
@@ -70,14 +75,13 @@ DECODE_MAX_WEIGHTS = 64
 """At most this many copies of the weight: a small model's (a test model's) decode is bound by per-call overhead, and
 thousands of tiny matmuls would only make the measurement slow."""
 
-MEASURE_SECONDS = 0.25
-"""Time spent repeating each of the four measurements (after a warm-up call; at least 3 and at most 50 repeats)."""
-
 CACHE_VERSION = 1
 """Part of the cache key: a change to what is measured bumps it."""
 
-#: /proc/cpuinfo flags that bear on bf16 and fp32 matmul speed: part of the cache key.
-RELEVANT_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
+MIN_PLAUSIBLE = {"decode_gbps": 1.0, "train_gflops": 1.0}
+"""Below these (fp32 GB/s of weights a decode step reads; fp32 GFLOP/s of a training matmul) a measurement says more
+about the load the machine was under than about the machine (any x86 core streams several GB/s): a cached figure this
+low is measured again."""
 
 
 @dataclass(frozen=True)
@@ -117,56 +121,6 @@ class PrecisionChoice:
         return "bfloat16" if self.generation == "bf16" else "float32"
 
 
-def _cpuinfo_field(name: str) -> str | None:
-    """The first ``name`` field of ``/proc/cpuinfo`` (``None`` where there is none, e.g. macOS)."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith(name):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def _cpu_flags() -> set[str]:
-    """The ``flags`` field of ``/proc/cpuinfo`` (empty where there is none)."""
-    return set((_cpuinfo_field("flags") or "").split())
-
-
-def cpu_native_bf16() -> tuple[bool, str]:
-    """Whether this CPU multiplies bf16 matrices natively (AVX512_BF16 or AMX), and the evidence, in words.
-
-    Asks torch first (``torch.cpu._is_avx512_bf16_supported`` / ``_is_amx_tile_supported``, the checks its oneDNN
-    kernels use), then ``/proc/cpuinfo``'s flags where torch lacks those functions. Apple silicon (arm64 with bf16
-    in its ISA from M2 on) is not detected and gets fp32: safe, since fp32 is never the slow path. A CPU whose
-    kernels are capped below AVX-512 (``ATEN_CPU_CAPABILITY=avx2``, ``ONEDNN_MAX_CPU_ISA=AVX2``: how an AVX2-only
-    machine is emulated on an AVX-512 one) counts as emulating bf16: measured here, a 512 x 2048 x 2048 bf16 matmul
-    took 31 s under that cap against 38 ms uncapped.
-    """
-    has_avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
-    has_amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    if has_avx512_bf16 is not None and has_amx is not None:
-        found = [name for name, check in (("AVX512_BF16", has_avx512_bf16), ("AMX", has_amx)) if check()]
-    else:
-        flags = _cpu_flags()
-        found = [name for name, flag in (("AVX512_BF16", "avx512_bf16"), ("AMX", "amx_bf16")) if flag in flags]
-    capability = torch.backends.cpu.get_cpu_capability()
-    onednn_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
-    if found and not capability.startswith("AVX512"):  # ATEN_CPU_CAPABILITY capped torch's kernels below AVX-512
-        return False, f"CPU has {' + '.join(found)} but torch runs {capability} kernels: bf16 would be emulated"
-    if found and onednn_cap and not any(isa in onednn_cap for isa in ("BF16", "AMX", "AVX10", "DEFAULT", "ALL")):
-        return False, f"CPU has {' + '.join(found)} but ONEDNN_MAX_CPU_ISA={onednn_cap}: bf16 would be emulated"
-    if found:
-        return True, f"CPU has native bf16 ({' + '.join(found)}; torch kernels {capability})"
-    return False, f"CPU has no native bf16 (no AVX512_BF16 or AMX; torch kernels {capability}): bf16 would be emulated"
-
-
-def _cpu_model_name() -> str:
-    """``model name`` of ``/proc/cpuinfo``, else what :mod:`platform` knows (e.g. ``arm`` on macOS)."""
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine() or "unknown CPU"
-
-
 def matmul_shape(model: Any) -> tuple[int, int] | None:
     """``(hidden, intermediate)`` of a transformers model (or of its ``config``), the sizes :func:`calibrate`
     measures; ``None`` where the config names no hidden size. The intermediate size falls back to 4 x hidden."""
@@ -200,6 +154,10 @@ class Calibration:
     key: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     cached: bool = False
+    measured_at: str = ""
+    """When it was measured (UTC, ``YYYY-MM-DD HH:MM``); empty for a measurement that did not record it."""
+    load: float | None = None
+    """The 1-minute load average per core when it was measured (above 1: other work competed for the cores)."""
 
     def train_gflops(self, name: PrecisionName) -> float:
         """GFLOP/s of the training-shaped matmul in ``name``."""
@@ -216,6 +174,18 @@ class Calibration:
         times = self.train_s if stage == "training" else self.decode_s
         return times["fp32"] / times["bf16"]
 
+    def plausible(self) -> bool:
+        """Whether the fp32 figures are above :data:`MIN_PLAUSIBLE` (not the figures of a machine too busy to tell)."""
+        return (self.decode_gbps("fp32") >= MIN_PLAUSIBLE["decode_gbps"]
+                and self.train_gflops("fp32") >= MIN_PLAUSIBLE["train_gflops"])
+
+    def when(self) -> str:
+        """``measured 2026-12-06 04:20 UTC at load 0.4 a core``, as far as it was recorded."""
+        parts = [f"measured {self.measured_at} UTC" if self.measured_at else ""]
+        if self.load is not None:
+            parts.append(f"at load {self.load:.1f} a core")
+        return " ".join(p for p in parts if p)
+
     def choice(self, stage: Literal["training", "generation"]) -> PrecisionName:
         """bf16 where it measured at least :data:`BF16_MIN_SPEEDUP` times as fast as fp32 for ``stage``, else fp32."""
         return "bf16" if self.speedup(stage) >= BF16_MIN_SPEEDUP else "fp32"
@@ -231,31 +201,6 @@ def _shapes(hidden: int, intermediate: int) -> tuple[tuple[int, int, int], tuple
     decode_inter = max(64, min(intermediate, DECODE_WEIGHT_BYTES // (4 * hidden)))
     weights = min(DECODE_MAX_WEIGHTS, max(1, round(DECODE_WEIGHT_BYTES / (4 * hidden * decode_inter))))
     return (tokens, hidden, train_inter), (DECODE_ROWS, hidden, decode_inter, weights)
-
-
-def bf16_packing_supported() -> bool:
-    """Whether oneDNN can prepack bf16 linear weights here (``torch.ops.mkldnn._reorder_linear_weight``): built into
-    torch, and a CPU with native bf16 (:func:`cpu_native_bf16`; oneDNN refuses the packing on an AVX2-only CPU)."""
-    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-            and cpu_native_bf16()[0])
-
-
-def median_seconds(calls: dict[str, Any]) -> dict[str, float]:
-    """Median wall seconds of each no-argument callable, after a warm-up call each; the calls alternate (and swap
-    order every round) so that a load that comes and goes weighs on all of them alike."""
-    for fn in calls.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    names = list(calls)
-    start = time.perf_counter()
-    rounds = 0
-    while rounds < 3 or (rounds < 50 and time.perf_counter() - start < MEASURE_SECONDS * len(calls)):
-        for name in names if rounds % 2 == 0 else names[::-1]:
-            t0 = time.perf_counter()
-            calls[name]()
-            times[name].append(time.perf_counter() - t0)
-        rounds += 1
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def measure_matmuls(train_shape: tuple[int, int, int],
@@ -277,7 +222,7 @@ def measure_matmuls(train_shape: tuple[int, int, int],
     w = torch.randn(inter, hidden, generator=gen) / math.sqrt(hidden)
     xb, wb = x.bfloat16(), w.bfloat16()
     with torch.no_grad():
-        train_s = median_seconds({"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb)})
+        train_s = machine.median_seconds({"fp32": lambda: F.linear(x, w), "bf16": lambda: F.linear(xb, wb)})
         rows, hidden, inter, count = decode_shape
         one = torch.randn(inter, hidden, generator=gen) / math.sqrt(hidden)
         weights = [one.clone() for _ in range(count)]
@@ -285,8 +230,8 @@ def measure_matmuls(train_shape: tuple[int, int, int],
         xdb = xd.bfloat16()
         weights_bf16 = [wt.bfloat16() for wt in weights]
         packed = None
-        if bf16_packing_supported():
-            # as rlvr.rollout.cpu.packed_linear packs the generation copy's weights (laid out for 16 rows)
+        if machine.bf16_packing_supported():
+            # as rlvr.kernels.packed_linear packs the generation copy's weights (laid out for 16 rows)
             packed = [torch.ops.mkldnn._reorder_linear_weight(wt.contiguous(), 16) for wt in weights_bf16]
             weights_bf16 = []
 
@@ -302,21 +247,12 @@ def measure_matmuls(train_shape: tuple[int, int, int],
                 for wt in weights_bf16:
                     F.linear(xdb, wt)
 
-        decode_s = median_seconds({"fp32": decode_fp32, "bf16": decode_bf16})
+        decode_s = machine.median_seconds({"fp32": decode_fp32, "bf16": decode_bf16})
     return train_s, decode_s
 
 
-def machine_key() -> dict[str, Any]:
-    """What a CPU timing measured here depends on, for a cache key: the CPU model name, its bf16-relevant flags,
-    torch's kernel level, ``ONEDNN_MAX_CPU_ISA``, the torch version and the thread count."""
-    flags = _cpu_flags()
-    return {"cpu": _cpu_model_name(), "flags": [f for f in RELEVANT_FLAGS if f in flags],
-            "kernels": torch.backends.cpu.get_cpu_capability(), "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", ""),
-            "torch": torch.__version__, "threads": torch.get_num_threads()}
-
-
 def _cache_key(train_shape: tuple[int, int, int], decode_shape: tuple[int, int, int, int]) -> dict[str, Any]:
-    return {"version": CACHE_VERSION, **machine_key(), "train_shape": list(train_shape),
+    return {"version": CACHE_VERSION, **machine.machine_key(), "train_shape": list(train_shape),
             "decode_shape": list(decode_shape)}
 
 
@@ -329,11 +265,22 @@ def _read_cached(path: Path, key: dict[str, Any]) -> Calibration | None:
             return None
         train_s = {n: float(data["train_s"][n]) for n in ("fp32", "bf16")}
         decode_s = {n: float(data["decode_s"][n]) for n in ("fp32", "bf16")}
+        load = float(data["load"]) if data.get("load") is not None else None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not all(math.isfinite(t) and t > 0 for t in (*train_s.values(), *decode_s.values())):
         return None
-    return Calibration(tuple(key["train_shape"]), tuple(key["decode_shape"]), train_s, decode_s, key, path, True)
+    found = Calibration(tuple(key["train_shape"]), tuple(key["decode_shape"]), train_s, decode_s, key, path, True,
+                        str(data.get("measured_at", "")), load)
+    return found if found.plausible() else None
+
+
+def _load_per_core() -> float | None:
+    """The 1-minute load average over the cores, or None where the system does not say."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        return None
 
 
 _CALIBRATIONS: dict[str, Calibration] = {}
@@ -351,13 +298,16 @@ def calibrate(shape: tuple[int, int] | None = None) -> Calibration:
         The measurement. It is cached in ``<rlvr cache>/precision-<hash>.json`` (``$RLVR_CACHE``, default
         ``~/.cache/rlvr``; written atomically), keyed by the CPU model name, its bf16-relevant flags, torch's kernel
         level, ``ONEDNN_MAX_CPU_ISA``, the torch version, the thread count and the shapes; a missing, corrupt or
-        differently keyed file is measured again and rewritten. Delete the file to measure again. A cache folder
-        that cannot be written costs only the cache (``path`` is ``None``).
+        differently keyed file is measured again and rewritten, and so is one whose figures are implausible
+        (:data:`MIN_PLAUSIBLE`; the file records when and at what load it was measured). A plausible measurement is
+        kept, whatever the load then, so the choice (and with it the numbers a seed gives) stays the same on every run
+        of the machine. Delete the file to measure again. A cache folder that cannot be written costs only
+        the cache (``path`` is ``None``).
     Raises:
         RuntimeError: torch fails a bf16 matmul on this CPU (see :func:`measure_matmuls`).
     """
     from rlvr import cache_dir
-    from rlvr.runs.atomic import atomic_write_text
+    from rlvr.runtime.atomic import atomic_write_text
 
     train_shape, decode_shape = _shapes(*(shape or DEFAULT_MATMUL_SHAPE))
     key = _cache_key(train_shape, decode_shape)
@@ -367,23 +317,18 @@ def calibrate(shape: tuple[int, int] | None = None) -> Calibration:
         return _CALIBRATIONS[str(path)]
     found = _read_cached(path, key)
     if found is None:
+        load = _load_per_core()
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
         train_s, decode_s = measure_matmuls(train_shape, decode_shape)
         try:
-            atomic_write_text(path, json.dumps({"key": key, "train_s": train_s, "decode_s": decode_s}, indent=1))
+            atomic_write_text(path, json.dumps({"key": key, "train_s": train_s, "decode_s": decode_s,
+                                                "measured_at": when, "load": load}, indent=1))
             written: Path | None = path
         except OSError:
             written = None
-        found = Calibration(train_shape, decode_shape, train_s, decode_s, key, written, False)
+        found = Calibration(train_shape, decode_shape, train_s, decode_s, key, written, False, when, load)
     _CALIBRATIONS[str(path)] = found
     return found
-
-
-def home_relative(path: Path) -> str:
-    """``path`` with the home folder written ``~``."""
-    try:
-        return "~/" + str(path.relative_to(Path.home()))
-    except ValueError:
-        return str(path)
 
 
 def _measured_choice(shape: tuple[int, int] | None, evidence: str) -> PrecisionChoice:
@@ -395,12 +340,16 @@ def _measured_choice(shape: tuple[int, int] | None, evidence: str) -> PrecisionC
                                        f"failed: {exc}) [{evidence}]")
     train, gen = cal.choice("training"), cal.choice("generation")
     other_t, other_g = ("fp32" if train == "bf16" else "bf16"), ("fp32" if gen == "bf16" else "bf16")
-    where = (f"cached: {home_relative(cal.path)}" if cal.cached else
-             f"measured, saved to {home_relative(cal.path)}" if cal.path is not None else "measured, not cached")
-    reason = (f"precision auto: training {train} (matmul {train} {cal.train_gflops(train):.0f} vs {other_t} "
-              f"{cal.train_gflops(other_t):.0f} GFLOP/s), generation {gen} (decode {gen} {cal.decode_gbps(gen):.1f} "
-              f"vs {other_g} {cal.decode_gbps(other_g):.1f} GB/s of weights, bf16 {cal.speedup('generation'):.2f}x "
-              f"as fast) [{cal.key['cpu']}: {evidence}; {cal.key['threads']} thread(s); {where}]")
+    path = machine.home_relative(cal.path) if cal.path is not None else None
+    where = f"cached: {path}" if cal.cached else f"measured, saved to {path}" if path is not None else \
+        "measured, not cached"
+    when = f"; {cal.when()}" if cal.when() else ""
+    # three significant figures: the printed ratio is the ratio of the printed figures (to their rounding)
+    reason = (f"precision auto: training {train} (matmul {train} {cal.train_gflops(train):.3g} vs {other_t} "
+              f"{cal.train_gflops(other_t):.3g} GFLOP/s), generation {gen} (decode {gen} {cal.decode_gbps(gen):.3g} "
+              f"vs {other_g} {cal.decode_gbps(other_g):.3g} GB/s of weights; bf16 {cal.speedup('generation'):.2f}x "
+              f"as fast, counting the bytes read) [{cal.key['cpu']}: {evidence}; {cal.key['threads']} thread(s); "
+              f"{where}{when}]")
     return PrecisionChoice(train, reason, gen)
 
 
@@ -416,7 +365,8 @@ def choose_precision(requested: Literal["auto", "bf16", "fp32"], device: torch.d
 
     Returns:
         The choice and its reason. ``auto``: on CUDA bf16 where the device supports it; on a CPU without native bf16
-        fp32 (not measured); on a CPU with native bf16 each stage by :func:`calibrate` (bf16 where at least
+        fp32 (not measured); for a model under :data:`MIN_MEASURED_FLOPS` fp32 (not measured); on a CPU with native
+        bf16 each stage by :func:`calibrate` (bf16 where at least
         :data:`BF16_MIN_SPEEDUP` x as fast as fp32; ~1-2 s the first time on a machine, then cached). A forced
         ``bf16`` on a CPU without native bf16 is honoured but warns (a ``UserWarning`` naming the expected
         slowdown); a forced ``bf16`` on a CUDA device without bf16 raises.
@@ -433,10 +383,15 @@ def choose_precision(requested: Literal["auto", "bf16", "fp32"], device: torch.d
         if requested == "bf16" and not native:
             raise ValueError(f"trainer.precision=bf16, but {evidence}: use precision 'fp32' or 'auto'")
     elif device.type == "cpu":
-        native, evidence = cpu_native_bf16()
+        native, evidence = machine.cpu_native_bf16()
         if requested == "bf16" and not native:
             warnings.warn(f"trainer.precision=bf16 on a {evidence}, {EMULATED_BF16_SLOWDOWN} on such CPUs; "
                           "use trainer.precision=auto (or fp32)", UserWarning, stacklevel=2)
+        hidden, inter = shape or DEFAULT_MATMUL_SHAPE
+        if requested == "auto" and native and 2 * TRAIN_TOKENS * hidden * inter < MIN_MEASURED_FLOPS:
+            return PrecisionChoice("fp32", f"precision auto: training fp32, generation fp32 (a model this small, "
+                                           f"hidden {hidden} x intermediate {inter}, gains nothing from bf16; not "
+                                           f"measured) [{evidence}]")
         if requested == "auto" and native:
             return _measured_choice(shape, evidence)
     else:  # mps, xpu, ...: no measurements here, so only what was asked for, and fp32 for auto

@@ -59,7 +59,9 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
         numbers = {id(row): i for i, row in enumerate(rows)}
         _guarded(report, "gold", check_gold, report, recipe, prompt_set.train, specs, reward_fn, numbers,
                  options.gold_rows)
-    _guarded(report, "sandbox", check_sandbox, report, specs)
+    _guarded(report, "sandbox", check_sandbox, report, specs, recipe, rows)
+    check_attention(report, recipe)
+    check_cores(report, recipe)
     if options.training:
         if recipe.model.lora is not None and model_path is not None:
             _guarded(report, "lora", check_lora_targets, report, recipe, model_path)
@@ -67,6 +69,52 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
         check_reward_model_folders(report, recipe)
         _check_memory(report, recipe, options, model_path, prompt_set, rows)
     return report
+
+
+MAX_WORKERS_PER_CORE = 16
+"""Verifier worker processes per core above which a recipe is refused (each is a process: a few per core is plenty;
+thousands fork until the machine's process limit)."""
+
+
+def check_cores(report: Report, recipe: Recipe) -> None:
+    """``reward.num_workers`` and the thread counts against this machine's cores: an ``error`` past
+    :data:`MAX_WORKERS_PER_CORE` workers a core, a ``warn`` past 4 a core or past one torch thread a core."""
+    cores = os.cpu_count() or 1
+    workers = recipe.reward.num_workers
+    if workers > MAX_WORKERS_PER_CORE * cores:
+        report.add("error", "cores", f"reward.num_workers={workers} verifier processes on {cores} core(s): more than "
+                                     f"{MAX_WORKERS_PER_CORE} a core only waits for the cores (and may hit the process "
+                                     f"limit); use at most {cores * 4}")
+    elif workers > 4 * cores:
+        report.add("warn", "cores", f"reward.num_workers={workers} verifier processes on {cores} core(s): a few a "
+                                    f"core is plenty")
+    threads = recipe.trainer.num_threads
+    if threads is not None and threads > cores:
+        report.add("warn", "cores", f"trainer.num_threads={threads} on {cores} core(s): torch threads beyond the cores "
+                                    f"slow every matmul down")
+
+
+FLASH_ATTENTION = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+"""``model.attn_implementation`` values that need a CUDA GPU, and the package each needs."""
+
+
+def check_attention(report: Report, recipe: Recipe) -> None:
+    """``model.attn_implementation`` against this machine: FlashAttention needs a CUDA GPU and its package; an
+    ``error`` naming what is missing and what to use instead, before the model loads."""
+    import importlib.util
+
+    name = recipe.model.attn_implementation
+    package = FLASH_ATTENTION.get(name or "")
+    if package is None:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        report.add("error", "attention", f"model.attn_implementation: {name} runs on CUDA GPUs only, and this "
+                                         f"machine has none: use sdpa (or leave it unset) on a CPU")
+    elif importlib.util.find_spec(package) is None:
+        report.add("error", "attention", f"model.attn_implementation: {name} needs the {package} package, which is "
+                                         f"not installed: pip install flash-attn, or use sdpa")
 
 
 def check_lora_targets(report: Report, recipe: Recipe, model_path: str) -> None:

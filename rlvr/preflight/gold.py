@@ -57,7 +57,8 @@ def check_gold(report: Report, recipe: Recipe, prompts: list[Prompt], specs: lis
     """
     field = recipe.data.answer_field
     if not specs:
-        report.add("skip", "gold", "no verifiers (a reward model alone scores the completions): no gold to check")
+        report.add("skip", "gold", "no verifiers (a reward model or the environment scores the completions): no gold "
+                                   "to check")
         return
     checked = [(i, s) for i, s in enumerate(specs) if s.name not in NOT_ANSWER_CHECKS]
     for s in specs:

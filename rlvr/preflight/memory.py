@@ -23,7 +23,7 @@ autocast, so DeepSpeed holds fp32 weights and gradients):
   ``rollout.generation_batch_size`` sequences.
 - under bf16 autocast, the bf16 casts of the weights that autocast caches while its region lasts (2N; /R under Z = 3),
   in the forward and backward, and the ``hf`` engine's bf16 generation copy (2N), on a CPU with its linear layers'
-  weights packed for oneDNN once more (2N, :mod:`rlvr.rollout.cpu.packed_linear`).
+  weights packed for oneDNN once more (2N, :mod:`rlvr.kernels.packed_linear`).
 - a fixed 1.5 GiB for the CUDA context and allocator fragmentation on a GPU.
 - with ``model.lora``: the policy's base weights frozen (4N, no gradient, no Adam state), gradients and Adam moments
   for the adapters only (:func:`lora_params`), and no reference copy (the reference is the policy with its adapters
@@ -37,10 +37,11 @@ autograd saves for backward are 2.5% below this count without checkpointing and 
 ~0.4-0.5 GiB the interpreter and libraries take, matches its measured peak RSS of 4.75 GiB (2 steps, /usr/bin/time).
 Not compared with a GPU yet.
 
-The models held beside the policy are read from the recipe as the trainer reads it (:data:`EXTRA_MODELS`): the
-reference when ``algorithm.kl.beta > 0`` or for PPO (which always loads it, to measure the KL from the initial policy),
-each reward model under ``reward.source: reward_model | both``, and PPO's critic (trained: a copy of the first reward
-model with ``algorithm.critic.init: reward_model``, else of the policy). A reward model's size is read from its
+The models held beside the policy are read from the recipe as the trainer reads it (:data:`EXTRA_MODELS`, from the
+algorithm's needs, :func:`rlvr.algo.table.needs`): the reference when ``algorithm.kl.beta > 0`` or for PPO (which
+always loads it, to measure the KL from the initial policy), each reward model under ``reward.source: reward_model |
+both``, and PPO's critic (trained: a copy of the first reward model with ``algorithm.critic.init: reward_model``, else
+of the policy). A reward model's size is read from its
 ``config.json`` as a causal LM's, so an untied LM head it does not have is counted too (a slight overestimate). Adding a
 model is one line in :data:`EXTRA_MODELS`.
 """
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlvr.algo.table import ALGORITHMS, needs
 from rlvr.config import Recipe
 from rlvr.preflight.devices import GIB, DeviceMemory
 from rlvr.preflight.model_shape import ModelShape
@@ -92,9 +94,10 @@ def reward_model_paths(recipe: Recipe) -> list[str]:
 
 
 def critic_path(recipe: Recipe) -> list[str]:
-    """PPO's critic: the first reward model (``critic.init: reward_model``) or the policy; none for other algorithms."""
+    """The critic of an algorithm with one (:func:`rlvr.algo.table.needs`, PPO's): the first reward model
+    (``critic.init: reward_model``) or the policy; none for other algorithms."""
     a = recipe.algorithm
-    if a.name != "ppo":
+    if not needs(a).critic:
         return []
     if a.critic.init == "reward_model" and recipe.reward_model is not None:
         rm = recipe.reward_model
@@ -105,8 +108,7 @@ def critic_path(recipe: Recipe) -> list[str]:
 EXTRA_MODELS: tuple[tuple[str, Callable[[Recipe], list[str]], bool], ...] = (
     # (role, the models the recipe holds in it (none, one, or an ensemble's members), trained?)
     # a LoRA policy's reference is the policy itself with its adapters off: no second copy
-    ("reference", lambda r: [r.model.name] if (r.algorithm.kl.beta > 0 or r.algorithm.name == "ppo")
-     and r.model.lora is None else [], False),
+    ("reference", lambda r: [r.model.name] if needs(r.algorithm).reference and r.model.lora is None else [], False),
     ("reward model", reward_model_paths, False),
     ("critic", critic_path, True),
 )
@@ -175,7 +177,7 @@ def compute_bytes(recipe: Recipe, device_kind: str, shape: ModelShape | None = N
 
 
 def _cpu_native_bf16() -> bool:
-    from rlvr.models.precision import cpu_native_bf16
+    from rlvr.kernels.machine import cpu_native_bf16
 
     return cpu_native_bf16()[0]
 
@@ -294,9 +296,11 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
         shape = shapes[role] if role in shapes or name != r.model.name else shapes["policy"]  # the reference: policy
         n = shape.params
         if not trained:
-            knob = ("algorithm.kl.beta: 0 (no reference model)" if r.algorithm.name != "ppo" else
-                    "a smaller policy (PPO always holds the reference)") if role == "reference" else \
-                "a smaller reward model, or fewer in the ensemble"
+            knob = "a smaller reward model, or fewer in the ensemble"
+            if role == "reference":
+                always = ALGORITHMS[r.algorithm.name].always_reference
+                knob = (f"a smaller policy ({r.algorithm.name} always holds the reference)" if always
+                        else "algorithm.kl.beta: 0 (no reference model)")
             parts.append(Part(f"{role} weights (fp32, {'ZeRO-3 / %d ranks' % ranks if z == 3 else 'whole'})",
                               4 * n / (ranks if z == 3 else 1), "resident",
                               knob if z == 3 else f"{knob}, or trainer.zero_stage: 3 (shards it)"))

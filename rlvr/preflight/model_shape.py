@@ -89,8 +89,10 @@ def model_shape(name_or_path: str, *, trust_remote_code: bool = False) -> ModelS
     """
     from transformers import AutoConfig
 
+    from rlvr.models.lora import config_folder
+
     try:
-        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(config_folder(name_or_path), trust_remote_code=trust_remote_code)
         return shape_from_config(config, f"{name_or_path}/config.json")
     except (OSError, ValueError) as exc:
         known = KNOWN_CONFIGS.get(name_or_path)

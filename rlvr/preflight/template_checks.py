@@ -9,6 +9,7 @@ from typing import Any
 
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
+from rlvr.data.templates import question_text
 from rlvr.preflight.report import Report
 from rlvr.verifiers.reward import VerifierSpec
 
@@ -24,7 +25,7 @@ def generation_suffix(prompt: Prompt, question: str) -> str:
 def check_prefill(report: Report, recipe: Recipe, prompt: Prompt, specs: list[VerifierSpec]) -> None:
     """Warn when the prompt already holds a tag a ``format`` verifier wants to find in the completion: an opening
     think tag with ``prefilled_think: false``, a closed think block, or an answer tag."""
-    suffix = generation_suffix(prompt, str(prompt.row[recipe.data.prompt_field]))
+    suffix = generation_suffix(prompt, question_text(prompt.row, recipe.data))
     found = False
     for spec in specs:
         if spec.name != "format":
@@ -82,6 +83,9 @@ def check_eos(report: Report, recipe: Recipe, tokenizer: Any, model_path: str) -
     """
     from transformers import AutoConfig, GenerationConfig
 
+    from rlvr.models.lora import config_folder
+
+    model_path = config_folder(model_path)  # a LoRA run's adapter folder: its base model's configs
     config = AutoConfig.from_pretrained(model_path, trust_remote_code=recipe.model.trust_remote_code)
     try:
         gen = GenerationConfig.from_pretrained(model_path)

@@ -39,6 +39,30 @@ class Completion:
     that completed one of ``SamplingParams.stop`` (named in ``stop_sequence``; e.g. a closed tool call)."""
     stop_sequence: str | None = None
     """The stop string that ended the response when ``finish_reason == "stop_sequence"``, else None."""
+    policy_version: int | None = None
+    """Optimizer steps applied to the weights that sampled the response's first token (a response that straddles a
+    weight update keeps its first token's version), counted as the trainer counts its steps. Set by engines that serve
+    while the trainer updates (``server``); ``None`` where sampling and training take turns (``hf``, ``vllm``: the
+    asynchronous collector then sets the version at which the batch was started)."""
+
+
+def check_prompts(prompt_token_ids: list[list[int]], n: int, max_new_tokens: int, max_model_len: int | None,
+                  engine: str) -> None:
+    """The checks every engine makes before it samples: ``n >= 1``, no empty prompt, and each prompt plus
+    ``max_new_tokens`` within ``max_model_len`` (``None``: no limit).
+
+    Raises:
+        ValueError: naming the bad value, the prompt by index and length, and ``engine`` (e.g. ``"the vLLM engine's
+            max_model_len=2048 (rollout.vllm_max_model_len)"``: the engine's limit and where it is set).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    for i, p in enumerate(prompt_token_ids):
+        if not p:
+            raise ValueError(f"prompt {i} is empty: every prompt needs at least one token")
+        if max_model_len is not None and len(p) + max_new_tokens > max_model_len:
+            raise ValueError(f"prompt {i} has {len(p)} tokens; with max_new_tokens={max_new_tokens} it exceeds "
+                             f"{engine}")
 
 
 class RolloutEngine(Protocol):

@@ -1,4 +1,5 @@
-"""``rollout.engine: auto``: vLLM where it imports and can serve the model, the ``hf`` engine otherwise.
+"""``rollout.engine: auto``: vLLM where it imports and can serve the model, the ``hf`` engine otherwise; and the one
+builder of every engine (``hf``, ``vllm``, ``server``: :func:`build_rollout_engine`).
 
 vLLM serves a model when (checked in this order, cheapest first) the ``vllm`` package is installed, it imports, it
 found a device it runs on, it implements one of the model's architectures (``config.json`` ``architectures``), and,
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 class EngineChoice:
     """The engine a run uses and why."""
 
-    name: Literal["hf", "vllm"]
+    name: Literal["hf", "vllm", "server"]
     reason: str
 
     def line(self, requested: str) -> str:
@@ -75,18 +76,18 @@ def vllm_unsupported_reason(config: Any) -> str | None:
 
 
 def choose_engine(requested: str, config: Any) -> EngineChoice:
-    """The engine for ``rollout.engine=requested`` (``auto``, ``hf`` or ``vllm``) on the model of ``config``.
+    """The engine for ``rollout.engine=requested`` (``auto``, ``hf``, ``vllm``, ``server``) on the model of ``config``.
 
-    ``hf`` and ``vllm`` are taken as asked (a missing vLLM then fails when the engine is built, with the install
-    command); only ``auto`` probes vLLM (:func:`vllm_unsupported_reason`).
+    ``hf``, ``vllm`` and ``server`` are taken as asked (a missing vLLM then fails when the engine is built, with the
+    install command); only ``auto`` probes vLLM (:func:`vllm_unsupported_reason`), and never picks ``server``.
 
     Raises:
-        ValueError: ``requested`` is none of the three.
+        ValueError: ``requested`` is none of the four.
     """
-    if requested in ("hf", "vllm"):
+    if requested in ("hf", "vllm", "server"):
         return EngineChoice(requested, "as the recipe asks")
     if requested != "auto":
-        raise ValueError(f"rollout.engine={requested!r}: expected 'auto', 'hf' or 'vllm'")
+        raise ValueError(f"rollout.engine={requested!r}: expected 'auto', 'hf', 'vllm' or 'server'")
     reason = vllm_unsupported_reason(config)
     if reason is not None:
         return EngineChoice("hf", reason)
@@ -117,15 +118,22 @@ def with_chosen_engine(recipe: "Recipe", model_path: str, *, announce: bool = Tr
 
 
 def build_rollout_engine(recipe: "Recipe", model: Any, tokenizer: Any, eos_ids: Any,
-                         generation_dtype: Any = None) -> Any:
-    """The engine ``rollout.engine`` names (``hf`` or ``vllm``; resolve ``auto`` first with :func:`with_chosen_engine`)
-    over ``model``: the one place either engine is built, for training and for sampling alike. ``generation_dtype``
-    is the ``hf`` engine's (``PrecisionChoice.generation_dtype``: a bf16 generation copy of fp32 weights, or ``None``
-    to generate with the weights as they are); vLLM takes its dtype from the same choice.
+                         generation_dtype: Any = None, servers: Any = None) -> Any:
+    """The engine ``rollout.engine`` names (``hf``, ``vllm`` or ``server``; resolve ``auto`` first with
+    :func:`with_chosen_engine`) over ``model``: the one place an engine is built, for training and for sampling alike.
+    ``generation_dtype`` is the ``hf`` engine's (``PrecisionChoice.generation_dtype``: a bf16 generation copy of fp32
+    weights, or ``None`` to generate with the weights as they are); vLLM takes its dtype from the same choice.
+    ``servers``: for ``server``, the servers already started (:func:`rlvr.rollout.server_launch.start_fleet`, before
+    the model loaded), which the engine waits for and stops when it closes.
 
     Raises:
         ImportError: ``vllm`` asked for but not installed.
+        rlvr.rollout.server_client.ServerError, rlvr.rollout.server_launch.ServerLaunchError: a server is not there.
     """
+    if recipe.rollout.engine == "server":
+        from rlvr.rollout.server_engine import ServerEngine
+
+        return ServerEngine.from_recipe(recipe, model, eos_ids, fleet=servers)
     if recipe.rollout.engine == "hf":
         from rlvr.rollout.hf import HFRolloutEngine
 

@@ -37,7 +37,7 @@ from transformers.generation.logits_process import (
 )
 
 if TYPE_CHECKING:
-    from rlvr.rollout.cpu.fused_decode import FusedDecoder
+    from rlvr.kernels.fused_decode import FusedDecoder
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -144,7 +144,7 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
         synced: keep stepping until every rank of the default process group has finished (ZeRO-3: each forward
             all-gathers the partitioned weights, so a rank that stopped early would hang the others), as
             ``generate(synced_gpus=True)`` does.
-        fused: decode steps through this :class:`~rlvr.rollout.cpu.fused_decode.FusedDecoder` of ``model`` (the
+        fused: decode steps through this :class:`~rlvr.kernels.fused_decode.FusedDecoder` of ``model`` (the
             prefill still runs ``model``); None = ``model``'s own forward.
         stop_when: called after each step as ``stop_when(row, ids)`` for every row still running that did not just
             sample an eos, with the row's sampled ids so far (a list this loop owns; do not keep or change it): True

@@ -1,25 +1,25 @@
-"""The ``hf`` rollout engine: transformers ``generate`` on the training model itself (any device).
+"""The ``hf`` rollout engine: rlvr's own decode loop (:func:`rlvr.rollout.decode.sample`) over a transformers model,
+the training model itself or a low-precision copy of it (any device).
 
 Low precision (``autocast_dtype``, e.g. bf16, over fp32 master weights): generation runs on a bf16 *copy* of the policy,
 refreshed by :meth:`HFRolloutEngine.sync_weights` after every optimizer step (one cast of the weights, ~0.1 s for
-135M parameters). Autocast over the fp32 model is slower for decoding even when one context wraps the whole
-``generate`` (so each weight is cast once): RoPE multiplies bf16 queries/keys by fp32 cos/sin, so the KV cache is
+135M parameters). Autocast over the fp32 model is slower for decoding even when one context wraps the whole decode
+loop (so each weight is cast once): RoPE multiplies bf16 queries/keys by fp32 cos/sin, so the KV cache is
 stored in fp32 and SDPA casts the whole cache back to bf16, in every layer at every decode step (py-spy on SmolLM2-135M,
 2 x 8 x 128 tokens: 20% of the rollout in those casts, another 9% in GQA's ``repeat_kv`` copies of the twice-as-large
 cache). Where the parameters are ZeRO-3 partitions (no full tensor to copy) or already in ``autocast_dtype``, the
 engine shares the policy's parameters under one autocast context instead, and weight sync is free.
 
-Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not ``generate``: a preallocated KV cache, grouped-query
-attention that never copies the cache per query head (on the generation copy), log-probs of the sampled tokens only,
-an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights prepacked
-for oneDNN (:mod:`rlvr.rollout.cpu.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for Llama-style models
-where the fused kernels build (AVX-512), each decode step through them (:mod:`rlvr.rollout.cpu.fused_decode`; 22-27 ms
-a step at 2 threads with AMX); in fp32 on a CPU, Llama-style models decode through the same fused step in fp32
-(AVX2 kernels), other models with their linear layers through an AVX2 GEMM where it measures faster than ``F.linear``
-(:mod:`rlvr.rollout.cpu.fp32_decode`). Each prompt is prefilled
-once and its KV cache repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would
-recompute the prompt G times; with few-shot prompts ten times longer than the answers, that prefill is most of the
-rollout's compute).
+Decoding is rlvr's own loop (:mod:`rlvr.rollout.decode`), not transformers' ``generate``: a preallocated KV cache,
+grouped-query attention that never copies the cache per query head (on the generation copy), log-probs of the sampled
+tokens only, an inverse-CDF draw instead of ``torch.multinomial``, and (bf16 copy on a CPU) linear layers over weights
+prepacked for oneDNN (:mod:`rlvr.kernels.packed_linear`; a decode step 110.6 -> 82.0 ms on SmolLM2) or, for
+Llama-style models where the fused kernels build (AVX-512), each decode step through them
+(:mod:`rlvr.kernels.fused_decode`; 22-27 ms a step at 2 threads with AMX); in fp32 on a CPU, Llama-style models decode
+through the same fused step in fp32 (AVX2 kernels), other models with their linear layers through an AVX2 GEMM where it
+measures faster than ``F.linear`` (:mod:`rlvr.kernels.fp32_decode`). Each prompt is prefilled once and its KV cache
+repeated for the G samples of its group (``generate`` with ``num_return_sequences`` would recompute the prompt G times;
+with few-shot prompts ten times longer than the answers, that prefill is most of the rollout's compute).
 """
 
 from __future__ import annotations
@@ -39,16 +39,17 @@ from rlvr.rollout.base import Completion, SamplingParams
 from rlvr.rollout.stop import StopStrings
 
 if TYPE_CHECKING:
-    from rlvr.rollout.cpu import CpuDecode, FusedDecoder
+    from rlvr.kernels.cpu_decode import CpuDecode
+    from rlvr.kernels.fused_decode import FusedDecoder
 
 
 class HFRolloutEngine:
-    """Batched sampling with ``model.generate``.
+    """Batched sampling through rlvr's decode loop (:func:`rlvr.rollout.decode.sample`), G samples per prompt.
 
     Args:
         model: the HF causal LM (unwrapped; the same object the trainer optimises).
         tokenizer: for its pad id. eos_ids: every id that ends a response.
-        batch_size: sequences per ``generate`` call (a memory knob).
+        batch_size: sequences decoded together (a memory knob; whole groups stay together).
         autocast_dtype: the generation dtype, e.g. ``torch.bfloat16`` (``PrecisionChoice.generation_dtype``: it may
             be bf16 while training runs in fp32); ``None`` = the model's own dtype.
         generation_copy: generate with a copy of the weights in ``autocast_dtype`` (see the module docstring);
@@ -83,12 +84,12 @@ class HFRolloutEngine:
         self.generation_model: torch.nn.Module = (_low_precision_copy(model, copy_dtype) if generation_copy
                                                   else model)
         # a bf16 copy on a CPU with native bf16: decode steps through fused kernels, which pack their own weights;
-        # where those do not run, its linear layers read oneDNN-packed weights (rlvr.rollout.cpu decides, once)
+        # where those do not run, its linear layers read oneDNN-packed weights (rlvr.kernels.cpu_decode decides, once)
         self.cpu_decode: CpuDecode | None = None
         if generation_copy and autocast_dtype is not None:
-            from rlvr.rollout import cpu
+            from rlvr.kernels.cpu_decode import accelerate
 
-            self.cpu_decode = cpu.accelerate(self.generation_model)
+            self.cpu_decode = accelerate(self.generation_model)
         self.fused: FusedDecoder | None = self.cpu_decode.fused if self.cpu_decode is not None else None
         # fp32 generation on a CPU: the fused fp32 step (Llama-style models) over the parameters as they are, or
         # else the decode steps' linear layers through the AVX2 GEMM where it measures faster
@@ -96,8 +97,8 @@ class HFRolloutEngine:
         params = list(self.generation_model.parameters())
         if (self.cpu_decode is None and not partitioned and params
                 and all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params)):
-            from rlvr.rollout.cpu.fp32_decode import measured_fp32_decode
-            from rlvr.rollout.cpu.fused_decode import build_fused_decoder
+            from rlvr.kernels.fp32_decode import measured_fp32_decode
+            from rlvr.kernels.fused_decode import build_fused_decoder
 
             if autocast_dtype is None or generation_copy:  # (not autocast over the shared fp32 parameters)
                 self.fused = build_fused_decoder(self.generation_model)
@@ -168,7 +169,7 @@ class HFRolloutEngine:
 
         fp32_linears: contextlib.AbstractContextManager = contextlib.nullcontext()
         if self.fp32_kernels is not None:
-            from rlvr.rollout.cpu.fp32_decode import fp32_decode_linears
+            from rlvr.kernels.fp32_decode import fp32_decode_linears
 
             fp32_linears = fp32_decode_linears(model, self.fp32_kernels)
         with torch.autocast(device_type=device.type, dtype=self.autocast_dtype or torch.float32,
@@ -213,7 +214,7 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
 
     Built from the config on the meta device and filled in, never ``copy.deepcopy``: DeepSpeed hangs bound methods of
     its optimizer on the parameters (ZeRO-1/2) and hooks on the modules, which a deep copy would duplicate. Its
-    linear layers are plain; :class:`HFRolloutEngine` packs them (:mod:`rlvr.rollout.cpu.packed_linear`) where the fused
+    linear layers are plain; :class:`HFRolloutEngine` packs them (:mod:`rlvr.kernels.packed_linear`) where the fused
     decode step does not run.
     """
     device = next(model.parameters()).device

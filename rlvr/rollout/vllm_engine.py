@@ -38,7 +38,7 @@ import torch
 
 from rlvr.models.lora import is_lora_model, merged_weights
 from rlvr.models.precision import announce_precision, choose_precision, matmul_shape
-from rlvr.rollout.base import Completion, SamplingParams
+from rlvr.rollout.base import Completion, SamplingParams, check_prompts
 from rlvr.rollout.vllm_lora import (
     AdapterFolders,
     LoraSyncChoice,
@@ -253,15 +253,8 @@ class VLLMRolloutEngine:
                 ``max_model_len`` (named by index and length).
             RuntimeError: vLLM returned a group of the wrong size or a token without its logprob.
         """
-        if n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
-        for i, p in enumerate(prompt_token_ids):
-            if not p:
-                raise ValueError(f"prompt {i} is empty: every prompt needs at least one token")
-            if self.max_model_len is not None and len(p) + sampling.max_new_tokens > self.max_model_len:
-                raise ValueError(f"prompt {i} has {len(p)} tokens; with max_new_tokens={sampling.max_new_tokens} it "
-                                 f"exceeds the vLLM engine's max_model_len={self.max_model_len} "
-                                 f"(rollout.vllm_max_model_len)")
+        check_prompts(prompt_token_ids, n, sampling.max_new_tokens, self.max_model_len,
+                      f"the vLLM engine's max_model_len={self.max_model_len} (rollout.vllm_max_model_len)")
         if not prompt_token_ids:
             return []
         # one seed per prompt from torch's RNG (seeded per rank, saved in checkpoints): reproducible across resume

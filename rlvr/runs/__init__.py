@@ -1,1 +1,2 @@
-"""What a run reads and writes: recipe inputs, checkpoints, metrics, plots, held-out evaluation, CPU time."""
+"""What a run reads and writes: its recipe's inputs (model, tokenizer, prompts, verifiers), its folder, checkpoints,
+metrics, plots, and the held-out evaluation."""

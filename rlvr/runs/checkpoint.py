@@ -8,6 +8,10 @@ from gathered parameters; written in the run's last checkpoint, and in every one
 (every rank's parameters, optimizer and LR-scheduler state, via ``engine.save_checkpoint``), ``rng-rank{r}.pt`` (Python,
 NumPy and torch RNG states) and ``trainer_state.json`` (step, data order, curriculum and KL-controller state).
 
+``manifest.json``, written last (after every rank's files, before the rename), lists every file of the checkpoint with
+its size: :func:`check_checkpoint` compares a checkpoint with it before anything loads, so a missing or truncated file
+is one line that names it and the newest whole checkpoint, not a DeepSpeed traceback after the model loaded.
+
 A LoRA run (``adapters_only``) saves the adapters alone: ``model/`` is ``peft``'s adapter folder
 (``adapter_config.json``, ``adapter_model.safetensors``, the tokenizer), and ``deepspeed/`` holds the adapters and their
 optimizer state but not the frozen base weights (``exclude_frozen_parameters``), which a resume loads from the base
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import json
+import pickle
 import random
 import re
 import shutil
@@ -29,6 +34,75 @@ import torch
 import torch.distributed as dist
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(FileNotFoundError):
+    """A checkpoint to resume from is not whole (a file missing or shorter than written); the message names the file
+    and the newest whole checkpoint of the run."""
+
+
+def write_manifest(folder: Path) -> None:
+    """Write ``folder/manifest.json``: the relative path and size in bytes of every file below ``folder``."""
+    files = {str(p.relative_to(folder)): p.stat().st_size for p in sorted(Path(folder).rglob("*"))
+             if p.is_file() and p.name != MANIFEST}
+    (Path(folder) / MANIFEST).write_text(json.dumps({"files": files}, indent=0))
+
+
+def checkpoint_problems(path: Path) -> list[str]:
+    """What keeps ``path`` from being a whole checkpoint: files of its manifest that are missing or of another size
+    (a checkpoint written before manifests: its DeepSpeed state, trainer state and rank-0 RNG state must exist)."""
+    path = Path(path)
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        needed = ["trainer_state.json", "rng-rank0.pt", "deepspeed"]
+        return [f"{name} is missing" for name in needed if not (path / name).exists()]
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return [f"{MANIFEST} is unreadable"]
+    problems = []
+    for name, size in files.items():
+        f = path / name
+        if not f.is_file():
+            problems.append(f"{name} is missing")
+        elif f.stat().st_size != size:
+            problems.append(f"{name} is {f.stat().st_size:,} bytes, {size:,} when written")
+        elif name.endswith(".pt") and not _zip_readable(f):
+            problems.append(f"{name} is not a readable torch file (overwritten or corrupted)")
+    return problems
+
+
+def _zip_readable(path: Path) -> bool:
+    """Whether ``path``, a file ``torch.save`` wrote (a zip archive), still has its archive directory: reads the end of
+    the file only, so a file zeroed or overwritten at the same size is found before anything loads."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path):
+            return True
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def check_checkpoint(path: Path, run_dir: Path) -> None:
+    """Raise :class:`CheckpointError` when ``path`` is not whole, naming what is wrong and the run's newest whole
+    checkpoint (or ``--overwrite`` when there is none). Reads file sizes only: nothing is loaded."""
+    problems = checkpoint_problems(path)
+    if not problems:
+        return
+    shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+    raise CheckpointError(f"checkpoint {Path(path).name} of {run_dir} is not whole ({shown}): "
+                          f"{_offer_whole(path, run_dir)}")
+
+
+def _offer_whole(path: Path, run_dir: Path) -> str:
+    """What to resume from instead of ``path``: the run's newest other whole checkpoint, or --overwrite."""
+    whole = [p for _, p in reversed(list_checkpoints(run_dir)) if p != Path(path) and not checkpoint_problems(p)]
+    return (f"resume from the newest whole one with --resume-from {whole[0].name}" if whole else
+            "no other checkpoint of the run is whole: start again with --overwrite")
 
 
 class CheckpointSpaceError(ValueError):
@@ -211,6 +285,14 @@ def save_checkpoint(run_dir: Path, step: int, engine: Any, hf_model: torch.nn.Mo
         raise _space_error(run_dir, step, tmp, hf_model, int(zero or 0), keep, extra_engines) from None
     _barrier()
     if rank == 0:
+        try:
+            write_manifest(tmp)  # last: every rank's files are written (the barrier above)
+        except OSError as exc:
+            if not _disk_full(exc):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            zero = getattr(engine, "zero_optimization_stage", lambda: 0)()
+            raise _space_error(run_dir, step, tmp, hf_model, int(zero or 0), keep, extra_engines) from None
         if final.exists():  # re-saving the same step (e.g. resumed at the end): replace it whole
             shutil.rmtree(final)
         tmp.rename(final)
@@ -253,6 +335,9 @@ def export_checkpoint_model(checkpoint: Path, base_model: Any, tokenizer_source:
         raise FileNotFoundError(f"{checkpoint} holds neither model/ nor a DeepSpeed state to write it from")
     module = torch.load(files[0], map_location="cpu", weights_only=False)["module"]
     if any(t.numel() == 0 for t in module.values()):  # ZeRO-3 stubs: gather the fp32 partitions instead
+        from rlvr.runtime.extensions import prepare_extension_builds
+
+        prepare_extension_builds()  # DeepSpeed's first import on a machine may build its CPU ops
         from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
         module = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint / "deepspeed"), tag="state")
@@ -339,6 +424,7 @@ def load_checkpoint(path: Path, engine: Any, rank: int, adapters_only: bool = Fa
 
     Raises:
         FileNotFoundError: the checkpoint lacks its DeepSpeed state or trainer state (not a finished checkpoint).
+        CheckpointError: DeepSpeed could not read the state (its files damaged): names the run's newest whole one.
     """
     path = Path(path)
     for needed in ("deepspeed", "trainer_state.json"):
@@ -353,6 +439,12 @@ def load_checkpoint(path: Path, engine: Any, rank: int, adapters_only: bool = Fa
     try:
         load_path, _ = engine.load_checkpoint(str(path / "deepspeed"), tag=tag, load_optimizer_states=True,
                                               load_lr_scheduler_states=True, load_module_strict=not adapters_only)
+    except (RuntimeError, OSError, ValueError, KeyError, EOFError, pickle.UnpicklingError) as exc:
+        # content damaged in a way the manifest's sizes and archive check cannot see: one line, not DeepSpeed's trace
+        run_dir = path.parent.parent
+        raise CheckpointError(f"checkpoint {path.name} of {run_dir} could not be loaded ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else 'no message'}): "
+                              f"{_offer_whole(path, run_dir)}") from exc
     finally:
         engine._config.load_universal_checkpoint = False
     if load_path is None:

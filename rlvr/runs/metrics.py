@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlvr.runs.atomic import atomic_write_text
+from rlvr.runtime.atomic import atomic_write_text
 
 
 class MetricsFileError(ValueError):

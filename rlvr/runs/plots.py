@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on training machines
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlvr.runs.atomic import atomic_open  # noqa: E402
+from rlvr.runtime.atomic import atomic_open  # noqa: E402
 
 PANELS: list[tuple[str, str, list[str]]] = [  # (title, y-axis label, metric keys)
     ("reward", "mean reward", ["reward/mean"]),
@@ -28,10 +28,19 @@ TOOL_PANELS: list[tuple[str, str, list[str]]] = [  # the tools figure: same layo
     ("calls and turns", "per sample", ["tools/calls_per_sample", "tools/turns_per_sample"]),
     ("tool timeouts", "timed-out calls per step", ["tools/timeouts"]),
 ]
+STAGE_PANELS: list[tuple[str, str, list[str]]] = [  # SFT and DPO runs (rlvr sft, rlvr dpo): same layout
+    ("loss", "loss", ["train/loss", "eval/loss"]),
+    ("preference accuracy", "fraction of pairs", ["train/accuracy", "eval/accuracy"]),
+    ("implicit rewards", "beta x log-ratio", ["train/rewards_chosen", "train/rewards_rejected", "train/margin"]),
+    ("log-probs of the responses", "nats per response", ["train/logps_chosen", "train/logps_rejected",
+                                                         "train/ref_logps_chosen", "train/ref_logps_rejected"]),
+    ("held-out pass@1", "fraction solved", ["eval/pass_at_1"]),
+    ("gradient norm", "norm", ["train/grad_norm"]),
+]
 ZERO_MEANS_ABSENT = {"train/kl", "train/clip_fraction", "tools/timeouts"}
 """Series that are 0 at every step when the run has no such term (no KL penalty; no clipping, e.g. one on-policy
 epoch; no tool call that timed out): left out, not drawn as a flat line."""
-UNIT_INTERVAL = {"fraction of samples", "fraction of calls"}
+UNIT_INTERVAL = {"fraction of samples", "fraction of calls", "fraction of pairs"}
 """Panels (by y-axis label) drawn on a 0-1 axis, so that a rate near 1 or near 0 reads as such."""
 
 
@@ -43,11 +52,13 @@ def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     return points
 
 
-def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "") -> Path | None:
+def plot_curves(records: list[dict[str, Any]], out_path: Path, title: str = "",
+                panels: list[tuple[str, str, list[str]]] | None = None) -> Path | None:
     """Write a grid of the curves the run logged to ``out_path`` (PNG): one panel per logged quantity (none for what
     the run does not log), evals as points (joined only from three evals on), integer steps, labelled axes.
+    ``panels``: (title, y label, metric keys) of each panel; default :data:`PANELS` (an RL run's).
     Returns the path, or None when there is nothing to plot."""
-    return _plot_panels(records, PANELS, out_path, title)
+    return _plot_panels(records, panels or PANELS, out_path, title)
 
 
 def plot_tools(records: list[dict[str, Any]], out_path: Path, title: str = "") -> Path | None:
@@ -72,11 +83,13 @@ def _plot_panels(records: list[dict[str, Any]], spec: list[tuple[str, str, list[
     for ax in axes.flat[len(panels):]:
         ax.remove()
     for ax, (name, ylabel, series) in zip(axes.flat, panels):
+        short = [key.split("/", 1)[1] for key, _ in series]
         for key, points in series:
             xs, ys = zip(*points)
             is_eval = key.startswith("eval/")
             ax.plot(xs, ys, marker="o" if is_eval or len(xs) == 1 else None, markersize=5,
-                    linestyle="-" if not is_eval or len(xs) >= 3 else "none", label=key.split("/", 1)[1])
+                    linestyle="-" if not is_eval or len(xs) >= 3 else "none",
+                    label=key if short.count(key.split("/", 1)[1]) > 1 else key.split("/", 1)[1])
         ax.set_title(name)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)

@@ -74,15 +74,19 @@ def recipe_inputs(recipe: Recipe, checks: CheckOptions | None = None) -> Iterato
 
 
 def load_sampling_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any:
-    """The recipe's rollout engine (``rollout.engine``: auto, hf or vllm) on the model at ``model_path``, for sampling
-    only; ``auto`` prints which engine it picked and why.
+    """The recipe's rollout engine (``rollout.engine``: auto, hf, vllm or server) on the model at ``model_path``, for
+    sampling only; ``auto`` prints which engine it picked and why. ``server``: servers rlvr starts load
+    ``model_path``; servers given by URL are sent its weights. Close the engine when done (``close``, where it has
+    one: it stops the servers it started).
 
     Raises:
         ModelLoadError: the model does not load. ImportError: ``vllm`` asked for but not installed.
     """
     from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
+    from rlvr.rollout.server_launch import start_fleet
 
     recipe = with_chosen_engine(recipe, model_path)
+    servers = start_fleet(recipe, model_path)  # rollout.engine=server: they load while the model does
     model = load_causal_lm(model_path, recipe.model).eval()
     eos = eos_token_ids(model, tokenizer)
     generation_dtype = None
@@ -90,4 +94,4 @@ def load_sampling_engine(recipe: Recipe, model_path: str, tokenizer: Any) -> Any
         precision = choose_precision(recipe.trainer.precision, next(model.parameters()).device, matmul_shape(model))
         announce_precision(precision)
         generation_dtype = precision.generation_dtype  # sampling only: the generation stage's dtype
-    return build_rollout_engine(recipe, model, tokenizer, eos, generation_dtype)
+    return build_rollout_engine(recipe, model, tokenizer, eos, generation_dtype, servers=servers)

@@ -1,20 +1,23 @@
 """What the verifiers of a recipe are (with those its algorithm adds), where their modules are imported from, whether
-their recipe ``kwargs`` fit their signatures, and what each of them sees of a sample."""
+their recipe ``kwargs`` fit their signatures, and what each of them sees of a sample (a tool-use sample too)."""
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlvr.config import Recipe
 from rlvr.data.prompts import Prompt
+from rlvr.did_you_mean import closest
 from rlvr.rollout.base import Completion
 from rlvr.verifiers.reward import VerifierSpec
+
+if TYPE_CHECKING:
+    from rlvr.rollout.tool_sampler import ToolSamples
 
 
 class NoVerifiers:
@@ -49,12 +52,14 @@ class NoVerifiers:
 
 def open_reward_pool(recipe: Recipe, specs: list[VerifierSpec], num_workers: int | None = None) -> Any:
     """The verifier pool of ``specs`` (:class:`rlvr.verifiers.reward.RewardFunction`, ``reward.num_workers`` processes
-    unless ``num_workers``), or :class:`NoVerifiers` when there are none. The caller closes it."""
+    unless ``num_workers``, at most 16 a core: the pre-flight refuses more, and must not fork them to say so), or
+    :class:`NoVerifiers` when there are none. The caller closes it."""
     from rlvr.verifiers.reward import RewardFunction
 
     if not specs:
         return NoVerifiers()
-    return RewardFunction(specs, num_workers=num_workers or recipe.reward.num_workers,
+    most = 16 * (os.cpu_count() or 1)
+    return RewardFunction(specs, num_workers=min(num_workers or recipe.reward.num_workers, most),
                           failure_score=recipe.reward.failure_score)
 
 
@@ -98,8 +103,8 @@ def check_verifier_kwargs(label: str, fn: Callable[..., Any], kwargs: dict[str, 
     valid = [p.name for p in named]
     for key in kwargs:
         if key not in valid:
-            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            close = closest(key, valid)
+            hint = f" Did you mean {close!r}?" if close else ""
             raise VerifierKwargsError(
                 f"verifier {label!r}: kwargs has {key!r}, which the function does not take.{hint} Its keyword "
                 f"arguments: {', '.join(valid) or '(none)'}")
@@ -108,11 +113,27 @@ def check_verifier_kwargs(label: str, fn: Callable[..., Any], kwargs: dict[str, 
         raise VerifierKwargsError(f"verifier {label!r}: kwargs lacks the required argument(s) {', '.join(missing)}")
 
 
+def control_spec(recipe: Recipe) -> VerifierSpec | None:
+    """The control reward of ``reward.control`` (:mod:`rlvr.verifiers.controls`), or None for a real run."""
+    control = recipe.reward.control
+    if control == "random":
+        return VerifierSpec(name="random_reward", kwargs={"seed": recipe.seed})
+    if control == "format":
+        return VerifierSpec(name="format" if recipe.data.template == "r1" else "boxed_format")
+    return None
+
+
 def verifier_specs(recipe: Recipe) -> list[VerifierSpec]:
-    """The recipe's verifiers plus the ones its algorithm adds (DAPO soft overlong punishment)."""
+    """The recipe's verifiers plus the ones its algorithm adds (DAPO soft overlong punishment), and a control run's
+    control reward (``reward.control``: the recipe's verifiers are then gold)."""
     # a gold verifier (optimise: false) is scored and logged but adds nothing to the total
-    specs = [VerifierSpec(name=v.name, weight=v.weight if v.optimise else 0.0, kwargs=dict(v.kwargs),
-                          timeout_s=v.timeout_s) for v in recipe.verifiers]
+    control = control_spec(recipe)
+    specs = [VerifierSpec(name=v.name, weight=v.weight if v.optimise and control is None else 0.0,
+                          kwargs=dict(v.kwargs), timeout_s=v.timeout_s, memory_mb=v.memory_mb,
+                          fallback_for=v.fallback_for)
+             for v in recipe.verifiers]
+    if control is not None:
+        specs.append(control)
     ov = recipe.algorithm.overlong
     if ov.enabled:
         specs.append(VerifierSpec(name="overlong", weight=1.0,
@@ -124,3 +145,16 @@ def sample_dict(prompt: Prompt, completion: Completion, max_new_tokens: int) -> 
     """What a verifier sees: the dataset row, the prompt text and the completion's token facts."""
     return {**prompt.row, "prompt": prompt.text, "completion_tokens": len(completion.token_ids),
             "max_new_tokens": max_new_tokens, "finish_reason": completion.finish_reason}
+
+
+def tool_verifier_samples(samples: ToolSamples, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+    """What a verifier sees of each of the N samples (:func:`sample_dict` of the prompt the
+    rollout started from), with ``completion_tokens`` the sampled tokens and ``trajectory`` the turns, calls and
+    outputs."""
+    out = []
+    for i, (c, mask, traj) in enumerate(zip(samples.completions, samples.masks, samples.trajectories, strict=True)):
+        sample = sample_dict(samples.prompts[i // n], c, max_new_tokens)
+        sample["completion_tokens"] = sum(mask)
+        sample["trajectory"] = traj
+        out.append(sample)
+    return out

@@ -42,6 +42,10 @@ class Tool(Protocol):
     ``run_many``); ``sessions[i]`` is a dict private to the sample that made call ``i`` and to this tool, kept across
     that sample's turns (state between calls, e.g. a Python session), never shared between samples. It must not
     raise for a call's fault: a failing call is a :class:`ToolResult` with an error status.
+
+    A tool that sets ``wants_row = True`` is called as ``run_batch(arguments, sessions, rows=rows)``: ``rows[i]`` is
+    the dataset row of the sample that made call ``i`` (what the environment's ``reset`` got: without the gold fields
+    unless the recipe says ``rollout.environment_sees_gold: true``).
     """
 
     name: str

@@ -1,6 +1,11 @@
 """A typed Python function as a tool (``rollout.tools: [{name: my_tools:lookup, kwargs: {table: x.csv}}]``): its schema
 comes from its signature and docstring (:mod:`rlvr.tools.schema`), the recipe's ``kwargs`` are bound (hidden from
-the model), the model's arguments are checked against the signature before the call.
+the model), the model's arguments are checked against the signature before the call. A parameter named ``row``
+receives the calling sample's dataset row (hidden from the model too; the row the environment's ``reset`` got:
+without its gold fields unless ``rollout.environment_sees_gold: true``)::
+
+    def lookup(key: str, row: dict) -> str:  # the model sees and passes ``key`` only
+        return row["table"].get(key, "not found")
 
 Calls of one round run in threads, in this process (the function is the user's own, trusted code; only its
 arguments come from the model). A call that raises, returns bytes that are not UTF-8 or something with no text form,
@@ -11,37 +16,28 @@ finishes in the background (write functions that end).
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import inspect
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+from rlvr.import_paths import resolve_import_path
 from rlvr.tools.calls import ToolResult, short_error
 from rlvr.tools.schema import function_schema
 
+ROW_PARAMETER = "row"
+"""A function tool's parameter of this name receives the calling sample's dataset row."""
+
 
 def import_function(path: str) -> Callable[..., Any]:
-    """``package.module:function`` -> the function.
+    """``package.module:function`` -> the function (:func:`rlvr.import_paths.resolve_import_path`).
 
     Raises:
-        ValueError: not of that form, or the module/function is not there (named).
+        ValueError (:class:`rlvr.import_paths.ImportPathError`): not of that form, or the module/function is not
+            there (named, with the closest name where the function's is mistyped).
     """
-    module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"tool {path!r}: expected 'package.module:function'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"tool {path!r}: cannot import {module_name!r}: {e}") from e
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"tool {path!r}: {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"tool {path!r} is not callable")
-    return obj
+    return resolve_import_path(path, "tool")
 
 
 def as_text(value: Any) -> tuple[str, str | None]:
@@ -75,7 +71,7 @@ class FunctionTool:
         max_workers: threads running one round's calls.
     Raises:
         rlvr.tools.schema.ToolSchemaError: a parameter without a JSON-typeable annotation.
-        ValueError: ``kwargs`` names a parameter the function does not have.
+        ValueError: ``kwargs`` names a parameter the function does not have, or ``row`` (filled per call).
     """
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None, kwargs: dict[str, Any] | None = None,
@@ -86,23 +82,32 @@ class FunctionTool:
         unknown = sorted(set(self.bound) - set(self.signature.parameters))
         if unknown and not any(p.kind is p.VAR_KEYWORD for p in self.signature.parameters.values()):
             raise ValueError(f"tool {name or fn.__name__}: kwargs {unknown} are not parameters of the function")
-        self.schema = function_schema(fn, name, frozenset(self.bound))
+        if ROW_PARAMETER in self.bound:
+            raise ValueError(f"tool {name or fn.__name__}: kwargs cannot set {ROW_PARAMETER!r}: that parameter "
+                             "receives the calling sample's row")
+        self.wants_row = ROW_PARAMETER in self.signature.parameters
+        """The function has a ``row`` parameter: each call gets its sample's row there."""
+        hidden = {ROW_PARAMETER} if self.wants_row else set()
+        self.schema = function_schema(fn, name, frozenset(self.bound) | hidden)
         self.name = self.schema["function"]["name"]
         self.timeout_s = timeout_s
         self.max_workers = max_workers
 
-    def run_batch(self, arguments: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> list[ToolResult]:
+    def run_batch(self, arguments: list[dict[str, Any]], sessions: list[dict[str, Any]],
+                  rows: list[dict[str, Any]] | None = None) -> list[ToolResult]:
+        """One round of calls; ``rows[i]``: the row of the sample that made call ``i`` (for a ``row`` parameter)."""
         results: list[ToolResult | None] = [None] * len(arguments)
+        hidden = {ROW_PARAMETER: None} if self.wants_row else {}
         runnable = []
         for i, args in enumerate(arguments):
             if not isinstance(args, dict):
                 results[i] = ToolResult(f"Error: arguments for {self.name} must be a JSON object.", "malformed")
                 continue
-            clash = sorted(set(args) & set(self.bound))
+            clash = sorted(set(args) & (set(self.bound) | set(hidden)))
             try:
                 if clash:
                     raise TypeError(f"unexpected argument {clash[0]!r}")
-                self.signature.bind(**self.bound, **args)
+                self.signature.bind(**self.bound, **hidden, **args)
             except TypeError as e:
                 results[i] = ToolResult(short_error(f"Error: bad arguments for {self.name}: {e}"), "malformed")
                 continue
@@ -112,7 +117,8 @@ class FunctionTool:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(self.max_workers, len(runnable)),
                                                      thread_name_prefix=f"tool-{self.name}")
         start = time.perf_counter()
-        futures = {pool.submit(self._call, arguments[i]): i for i in runnable}
+        futures = {pool.submit(self._call, {**arguments[i], ROW_PARAMETER: rows[i] if rows is not None else {}}
+                               if self.wants_row else arguments[i]): i for i in runnable}
         try:
             done, _ = concurrent.futures.wait(futures, timeout=self.timeout_s)
             for future, i in futures.items():

@@ -7,10 +7,15 @@ Optional state between the calls of one sample (``session=True``): each call fir
 cells with their output discarded, so variables, functions and imports persist across turns as in a notebook
 (a cell that timed out or hit a limit is not re-run). The replay costs the earlier cells' run time again, and
 nothing is shared between samples: each sample's cells live in its own session dict.
+
+Optional access to the sample's dataset row (``row_variable: ROW``): each call's code starts with that variable
+holding the row as a dict (its JSON round trip; the row the environment's ``reset`` got: without its gold fields
+unless ``rollout.environment_sees_gold: true``), so the model's code can read a sample's table, text or data.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -27,6 +32,12 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
 '''
 
 
+def row_binding(name: str, row: dict[str, Any]) -> str:
+    """The lines that bind ``name`` to ``row`` (through JSON) before a call's code."""
+    data = json.dumps(row, ensure_ascii=False, default=str)
+    return f"import json as _json\n{name} = _json.loads({data!r})\n"
+
+
 def session_program(cells: list[str], code: str) -> str:
     """The program that replays ``cells`` silently in the module's namespace, then runs ``code`` there."""
     return (f"exec({_SESSION_PRELUDE!r}, {{'CELLS': {cells!r}, 'G': globals()}})\n"
@@ -41,17 +52,25 @@ class PythonTool:
             cut and reported as an error).
         session: keep the sample's earlier cells (see the module docstring).
         backend: sandbox backend (``auto``, ``docker``, ``bwrap``; ``none`` only when named).
+        row_variable: a Python name: every call's code finds its sample's row in it (see the module docstring);
+            None (the default): the code sees no row.
+    Raises:
+        ValueError: ``row_variable`` is not a Python identifier.
     """
 
     name = "python"
 
     def __init__(self, time_s: float = 5.0, memory_mb: int = 512, output_kb: int = 64, session: bool = False,
-                 backend: str = "auto") -> None:
+                 backend: str = "auto", row_variable: str | None = None) -> None:
         from rlvr.sandbox import Limits
 
+        if row_variable is not None and not row_variable.isidentifier():
+            raise ValueError(f"python tool: row_variable={row_variable!r} is not a Python name")
         self.limits = Limits(time_s=time_s, memory_mb=memory_mb, output_kb=output_kb)
         self.session = session
         self.backend = backend
+        self.row_variable = row_variable
+        self.wants_row = row_variable is not None
         self.schema = {"type": "function", "function": {
             "name": "python",
             "description": "Run Python code and see what it prints (stdout). Print the values you need."
@@ -59,7 +78,10 @@ class PythonTool:
             "parameters": {"type": "object", "properties": {
                 "code": {"type": "string", "description": "Python source code to run."}}, "required": ["code"]}}}
 
-    def run_batch(self, arguments: list[dict[str, Any]], sessions: list[dict[str, Any]]) -> list[ToolResult]:
+    def run_batch(self, arguments: list[dict[str, Any]], sessions: list[dict[str, Any]],
+                  rows: list[dict[str, Any]] | None = None) -> list[ToolResult]:
+        """One round of calls as one sandbox ``run_many``; ``rows[i]``: the row of call ``i``'s sample (read with
+        ``row_variable``)."""
         from rlvr.sandbox import Job, run_many
 
         codes = [a.get("code") for a in arguments]
@@ -69,7 +91,7 @@ class PythonTool:
             if not isinstance(code, str):
                 results[i] = ToolResult("Error: the python tool needs a 'code' string argument.", "malformed")
                 continue
-            program = session_program(sessions[i].get("cells", []), code) if self.session else code
+            program = self.program(code, sessions[i], rows[i] if rows is not None else {})
             jobs.append(Job(program, [{"input": "", "output": ""}], "stdio", "lines", self.limits))
             index.append(i)
         start = time.perf_counter()
@@ -86,6 +108,16 @@ class PythonTool:
             if self.session and results[i].status in ("ok", "error") and "sandbox failed" not in results[i].output:
                 sessions[i].setdefault("cells", []).append(codes[i])
         return results  # type: ignore[return-value]
+
+    def program(self, code: str, session: dict[str, Any], row: dict[str, Any]) -> str:
+        """The program a call of ``code`` runs: the code itself, after the session's earlier cells (``session``) and
+        with ``row`` bound to ``row_variable`` where those are asked for."""
+        program = session_program(session.get("cells", []), code) if self.session else code
+        if self.row_variable is None:
+            return program
+        # the code runs as <cell>: its traceback's line numbers count from its own first line
+        cell = program if self.session else f"exec(compile({code!r}, '<cell>', 'exec'), globals())\n"
+        return row_binding(self.row_variable, row) + cell
 
     def _result(self, judgement: Any) -> ToolResult:
         from rlvr.sandbox import ExecStatus

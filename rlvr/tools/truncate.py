@@ -17,7 +17,7 @@ def cut_middle(text: str, max_tokens: int, tokenizer: Any) -> tuple[str, bool]:
         half = MAX_CHARS_BEFORE_TOKENIZING // 2
         chars_cut = len(text) - 2 * half
         text = text[:half] + text[-half:]
-    ids = tokenizer.encode(text, add_special_tokens=False)
+    ids = tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)  # as the model sees it
     if len(ids) <= max_tokens and not chars_cut:
         return text, False
     total = len(ids) + (round(chars_cut * len(ids) / max(len(text), 1)) if chars_cut else 0)

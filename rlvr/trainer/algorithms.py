@@ -1,16 +1,17 @@
-"""Algorithms: what a training step needs (reference, critic, old log-probs) and how a scored batch becomes per-token
-advantages.
+"""The advantage stage: how a scored batch becomes per-token advantages, for the recipe's row of the algorithm table
+(:data:`rlvr.algo.table.ALGORITHMS`), which also says what a step needs (:func:`rlvr.algo.table.needs`).
 
-Two kinds share one interface, :class:`Algorithm`: ``advantages(batch) -> Advantages`` with per-token advantages
-(N, T) and, for a critic, per-token returns (N, T). A per-sample ``(B, G)`` signature cannot express GAE, whose
-advantage differs from token to token.
+The two baselines a row can have share one interface, :class:`Algorithm`: ``advantages(batch) -> Advantages`` with
+per-token advantages (N, T) and, for a critic, per-token returns (N, T). A per-sample ``(B, G)`` signature cannot
+express GAE, whose advantage differs from token to token.
 
-- :class:`GroupRelative` (``grpo``, ``rloo``, ``reinforce_pp``): an outcome reward per sample, a baseline from the
-  other samples of its group (:mod:`rlvr.algo.advantages`), broadcast over the response tokens; no critic, no returns.
-- :class:`GAE` with a critic (the PPO path) is the second kind: per-token rewards and values in,
-  ``Advantages(advantages, returns)`` out.
+- :class:`GroupRelative` (``baseline: group``: ``grpo``, ``rloo``, ``reinforce_pp``): an outcome reward per sample, a
+  baseline from the other samples of its group (the row's estimator), broadcast over the response tokens; no critic,
+  no returns.
+- :class:`GAE` (``baseline: critic``: ``ppo``): per-token rewards and values in, ``Advantages(advantages, returns)``
+  out.
 
-The pure tensor math lives in :mod:`rlvr.algo.advantages`; this module only wires a recipe's choice to it.
+The pure tensor math lives in :mod:`rlvr.algo`; this module only wires a recipe's row to it.
 Vocabulary: B prompts, G samples per prompt, N = B x G samples, T response tokens.
 """
 
@@ -23,29 +24,14 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from rlvr.algo.advantages import NORMALISATION, broadcast_to_tokens, get_estimator, subtract_kl_from_returns, whiten
+from rlvr.algo.advantages import broadcast_to_tokens, subtract_kl_from_returns, whiten
 from rlvr.algo.kl import kl_per_token
 from rlvr.algo.reward_shaping import RunningRewardNormalizer
+from rlvr.algo.table import ALGORITHMS, Needs, needs
 from rlvr.config import AlgorithmConfig
 from rlvr.trainer.batch import RolloutBatch
 
 AllReduceSum = Callable[[Tensor], Tensor]
-
-
-@dataclass(frozen=True)
-class Needs:
-    """The models and forwards an algorithm needs before its update.
-
-    Attributes:
-        reference: a frozen reference policy (KL to it, in the loss or in the reward).
-        critic: a value model (GAE).
-        old_logprobs: the policy's own pre-update log-probs (several optimizer steps per batch, truncated importance
-            sampling, KL in the reward), one extra forward pass per step.
-    """
-
-    reference: bool
-    critic: bool
-    old_logprobs: bool
 
 
 @dataclass
@@ -69,11 +55,12 @@ class Algorithm(Protocol):
 
 
 class GroupRelative:
-    """Group-relative outcome advantages (:mod:`rlvr.algo.advantages`: ``grpo``, ``rloo``, ``reinforce_pp``).
+    """Group-relative outcome advantages (a row with ``baseline: group``: ``grpo``, ``rloo``, ``reinforce_pp``).
 
-    The estimator runs per group over valid samples and is broadcast to tokens; with KL in the reward,
+    The row's estimator runs per group over valid samples and is broadcast to tokens; with KL in the reward,
     ``-beta * KL_t`` (the recipe's estimator, on the pre-update log-probs) is summed into each token's return;
-    batch-normalised estimators (``reinforce_pp``) are then whitened over all ranks' tokens.
+    batch-normalised estimators (``normalisation: batch``, ``reinforce_pp``) are then whitened over all ranks'
+    tokens.
 
     Args:
         config: the recipe's ``algorithm`` section.
@@ -83,13 +70,10 @@ class GroupRelative:
     def __init__(self, config: AlgorithmConfig, reference: bool | None = None) -> None:
         self.normalizer = None
         self.config = config
-        a = config
-        reference = a.kl.beta > 0 if reference is None else reference
-        self.needs = Needs(reference=reference, critic=False, old_logprobs=(
-            a.ppo_epochs > 1 or a.mini_batches > 1 or a.tis_cap is not None
-            or (reference and a.kl.placement == "reward")))
-        self.estimator = get_estimator(a.advantage.type)
-        self.batch_norm = NORMALISATION[a.advantage.type] == "batch"
+        self.needs = needs(config, reference)
+        row = ALGORITHMS[config.name]
+        self.estimator = row.advantage_function()
+        self.batch_norm = row.normalisation == "batch"
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
         """Advantages (N, T) of a prepared batch (``rewards``, ``valid``, ``response_mask``; with KL in the reward
@@ -127,7 +111,8 @@ class GAE:
     token's value and advantage across them (:func:`rlvr.algo.gae.gae_advantages`).
 
     Needs the critic, the policy's old log-probs (the KL estimate is on the pre-update policy) and, always, the
-    reference: the initial policy, for the KL penalty and the ``train/sqrt_kl_from_init`` metric even at beta 0.
+    reference: the initial policy, for the KL penalty and the ``train/sqrt_kl_from_init`` metric even at beta 0
+    (the row's ``always_reference``).
 
     Args:
         config: the recipe's ``algorithm`` section. reference: whether a reference model is loaded (``None``: yes).
@@ -140,11 +125,11 @@ class GAE:
         self.config = config
         c = config.critic
         self.normalizer = RunningRewardNormalizer(clip=c.reward_clip) if c.reward_normalize else None
-        self.needs = Needs(reference=True if reference is None else reference, critic=True, old_logprobs=True)
+        self.needs = needs(config, reference)
+        self.estimator = ALGORITHMS[config.name].advantage_function()
 
     def advantages(self, batch: RolloutBatch, kl_beta: float, all_reduce_sum: AllReduceSum) -> Advantages:
         """Advantages and returns (N, T) of a prepared batch with ``values`` (N, T) from the critic."""
-        from rlvr.algo.gae import gae_advantages
         from rlvr.algo.reward_shaping import per_token_rewards
 
         a = self.config
@@ -171,15 +156,15 @@ class GAE:
         truncated = torch.tensor([c.finish_reason == "length" for c in batch.completions])
         rewards = per_token_rewards(scores, token_mask, kl=kl, beta=kl_beta if kl is not None else 0.0,
                                     truncated=truncated, truncation_penalty=a.critic.truncation_penalty) * mask
-        adv, returns = gae_advantages(rewards, batch.values, mask, gamma=a.advantage.gamma, lam=a.advantage.lam)
+        adv, returns = self.estimator(rewards, batch.values, mask, gamma=a.advantage.gamma, lam=a.advantage.lam)
         adv = whiten(adv, mask, std_normalize=a.advantage.std_normalize, eps=a.advantage.eps,
                      all_reduce_sum=all_reduce_sum)
         return Advantages(advantages=adv, returns=returns)
 
 
 def build_algorithm(config: AlgorithmConfig, reference: bool | None = None) -> Algorithm:
-    """The algorithm a recipe's ``algorithm`` section describes: :class:`GAE` for ``advantage.type: gae``, else the
-    group-relative kind; ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
-    if config.advantage.type == "gae":
+    """The advantage stage of the recipe's algorithm (its row's ``baseline``: :class:`GAE` for ``critic``, else
+    :class:`GroupRelative`); ``reference``: whether a reference model is loaded (``None``: the recipe's need)."""
+    if ALGORITHMS[config.name].baseline == "critic":
         return GAE(config, reference)
     return GroupRelative(config, reference)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -29,6 +30,9 @@ class RolloutBatch:
     template glue (as long as the sample's ``token_ids``); empty without tools (every response id was sampled)."""
     trajectories: list[list[dict[str, Any]]] = field(default_factory=list)
     """Per sample with tools: its turns, calls and outputs (``MultiTurnSample.trajectory``); empty without tools."""
+    episode_rewards: list[Any] = field(default_factory=list)
+    """Per sample with tools or an environment: the environment's episode reward or error
+    (:class:`rlvr.tools.environment.EpisodeReward`); empty without them."""
     reward_results: list[Any] = field(default_factory=list)
     rewards: Tensor | None = None            # (N,) total reward
     solved: Tensor | None = None             # (N,) bool: the solved-verifier scored 1
@@ -50,6 +54,15 @@ class RolloutBatch:
 
     def prompt_of(self, i: int) -> Prompt:
         return self.prompts[i // self.group_size]
+
+    def token_rows(self, idx: list[int], t: int, device: torch.device | str) -> Callable[[str], Tensor | None]:
+        """A reader of the micro-batch ``idx``: ``rows(name)`` is the (N, T) tensor field ``name`` (``advantages``,
+        ``old_logprobs``, ...) at rows ``idx`` and its first ``t`` columns (R, t), on ``device``; None where the field
+        is not filled."""
+        def rows(name: str) -> Tensor | None:
+            value = getattr(self, name)
+            return value[idx, :t].to(device) if value is not None else None
+        return rows
 
     def sampled_length(self, i: int) -> int:
         """Response tokens of sample ``i`` that the policy sampled (all of them without tools)."""

@@ -1,5 +1,5 @@
-"""The critic of the PPO path (``algorithm.name: ppo``, ``advantage.type: gae``): a value model, its worker and its
-value-loss objective.
+"""The critic of an algorithm with one (a row with ``baseline: critic``: ``algorithm.name: ppo``): a value model, its
+worker and its value-loss objective.
 
 The value model is a scalar head on a causal-LM trunk (:class:`rlvr.reward_model.model.RewardModel`'s layout), built
 from the reward model (trunk and trained head: ``algorithm.critic.init: reward_model``, the default with a reward
@@ -20,11 +20,12 @@ from torch import Tensor
 from rlvr.algo.losses import aggregate_loss
 from rlvr.algo.value_loss import clipped_value_loss
 from rlvr.config import AlgorithmConfig, LoraConfig, Recipe
+from rlvr.models.loading import use_fast_layers
 from rlvr.models.logprobs import position_ids_from_mask
 from rlvr.reward_model.model import RewardModel
+from rlvr.runtime.distributed import DistInfo, all_reduce_sum
 from rlvr.trainer.batch import RolloutBatch
 from rlvr.trainer.deepspeed_setup import build_engine
-from rlvr.trainer.distributed import DistInfo, all_reduce_sum
 from rlvr.trainer.progress import phase
 from rlvr.trainer.update_loop import Accumulate, Denominators
 from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
@@ -87,10 +88,9 @@ class ValueObjective:
                  add: Accumulate) -> Tensor:
         c = self.config.critic
         values, _, t = self.worker.forward(batch, idx)
-        dev = values.device
-        mask = batch.response_mask[idx, :t].to(dev)
-        out = clipped_value_loss(values, batch.values[idx, :t].to(dev), batch.returns[idx, :t].to(dev), mask,
-                                 value_clip=c.value_clip)
+        rows = batch.token_rows(idx, t, values.device)
+        mask = rows("response_mask")
+        out = clipped_value_loss(values, rows("values"), rows("returns"), mask, value_clip=c.value_clip)
         loss = c.vf_coef * aggregate_loss(out.loss, mask, self.config.loss_agg, max_len=self.max_len,
                                           num_tokens=denominators.tokens, num_seqs=denominators.sequences)
         add("value_loss", float(loss.detach()))
@@ -167,6 +167,7 @@ def build_critic(recipe: Recipe, model_path: str, dist: DistInfo, pad_id: int,
     what += f", LoRA rank {lora.rank} on the trunk" if lora is not None else ""
     with phase(f"critic ({what})", dist.is_main):
         module = build_value_model(r, model_path).to(dist.device)
+        use_fast_layers(module, dist.device)
         engine = build_engine(module, r.optim.model_copy(update={"lr": a.critic.lr}), r.trainer,
                               r.trainer.steps * a.ppo_epochs * a.mini_batches)
     return CriticWorker(module, engine, dist=dist, pad_id=pad_id,

@@ -16,7 +16,6 @@ import torch
 
 from rlvr.config import OptimConfig, TrainerConfig
 from rlvr.config.loading import deep_merge
-from rlvr.trainer.distributed import record_grad_norm_without_zero
 
 
 def lr_lambda(optim: OptimConfig, total_optimizer_steps: int) -> Callable[[int], float]:
@@ -101,3 +100,20 @@ def forget_stale_deepspeed_groups() -> None:
     for name, value in list(vars(groups).items()):
         if isinstance(value, dist.ProcessGroup) and value not in registered:
             setattr(groups, name, None)
+
+
+def record_grad_norm_without_zero(engine: object) -> None:
+    """Make ``engine.get_global_grad_norm()`` answer at ZeRO stage 0, where DeepSpeed computes the norm while clipping
+    but does not keep it (``DeepSpeedEngine.clip_fp32_gradients``); with ZeRO 1-3 its optimizer keeps it already.
+
+    Needs ``gradient_clipping > 0`` in the DeepSpeed config (use ``inf`` to measure without clipping). The norm is of
+    the gradients after the reduction over ranks, so it is the same on every rank and equal to a 1-rank run's.
+    """
+    from deepspeed.runtime.utils import clip_grad_norm_
+
+    def clip_and_record() -> None:
+        norm = clip_grad_norm_(parameters=engine.module.parameters(), max_norm=engine.gradient_clipping(),
+                               mpu=engine.mpu)
+        engine._global_grad_norm = float(norm)
+
+    engine.clip_fp32_gradients = clip_and_record

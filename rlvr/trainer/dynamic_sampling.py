@@ -18,10 +18,10 @@ from rlvr.config import DynamicSamplingConfig, RolloutConfig
 from rlvr.curriculum import Curriculum
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import RolloutEngine, SamplingParams
-from rlvr.runs.tool_rollouts import ToolSampler
+from rlvr.rollout.tool_sampler import ToolSampler
 from rlvr.runs.verifier_inputs import sample_dict
+from rlvr.runtime.distributed import DistInfo, all_gather_objects, all_reduce_sum
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import DistInfo, all_gather_objects, all_reduce_sum
 from rlvr.trainer.groups import solve_counts, zero_variance_groups
 from rlvr.trainer.reward_sources import RewardSource
 from rlvr.trainer.stages import StageTimer
@@ -45,7 +45,8 @@ def rollout(engine: RolloutEngine, curriculum: Curriculum, train_prompts: list[P
         if timer is not None:
             timer.add("tools", out.rollout.tool_seconds)
         return RolloutBatch(prompts=out.prompts, completions=out.completions, group_size=g, texts=out.texts,
-                            sampled_masks=out.masks, trajectories=out.trajectories)
+                            sampled_masks=out.masks, trajectories=out.trajectories,
+                            episode_rewards=out.episode_rewards)
     # a dynamic-sampling refill smaller than the number of ranks leaves some ranks without prompts
     groups = engine.generate([p.token_ids for p in prompts], g, sampling) if prompts else []
     completions = [c for group in groups for c in group]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,8 +26,11 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-FAILURES = "reward/verifier_failures/"
-"""Metric prefix of the failed verifier calls of a step, per verifier label."""
+FAILURES = "reward/infra_failures/"
+"""Metric prefix of a step's failures of the machinery (a verifier raised or timed out, a sandbox broke), per verifier
+label."""
+FAILURE_RATE = "reward/infra_failure_rate"
+"""Metric: the fraction of a step's samples with a failure of the machinery."""
 
 
 @contextmanager
@@ -84,40 +87,96 @@ def failure_warnings(step: int, metrics: dict[str, Any], reasons: dict[str, str 
 
 
 class VerifierFailedError(ValueError):
-    """A verifier failed on every sample of ``trainer.max_failed_steps`` steps in a row (one line: the verifier, its
-    first failure and what to do)."""
+    """More than ``reward.max_failure_rate`` of the samples failed for the machinery on ``trainer.max_failed_steps``
+    steps in a row (one line: the failing verifiers, the first failure and what to do)."""
 
 
 class FailureStreaks:
-    """Counts, per verifier label, the steps in a row on which it failed on every sample, with the first failure of
-    the streak. The counts come from metrics summed over ranks, so every rank stops at the same step."""
+    """Counts the steps in a row on which more than ``max_rate`` of the samples failed for the machinery, with the
+    verifiers that failed and the first failure of the streak. The counts come from metrics summed over ranks, so every
+    rank stops at the same step.
 
-    def __init__(self, max_steps: int) -> None:
+    Args:
+        max_steps: failed steps in a row that stop the run (``trainer.max_failed_steps``, >= 1).
+        max_rate: the failure fraction above which a step is failed (``reward.max_failure_rate``, in [0, 1]).
+        resume_hint: called when the run stops: what the message says about continuing (``--resume`` only where a
+            checkpoint exists).
+    """
+
+    def __init__(self, max_steps: int, max_rate: float = 0.5,
+                 resume_hint: Callable[[], str] = lambda: "then --resume from the last checkpoint") -> None:
         self.max_steps = max_steps
-        self._streaks: dict[str, tuple[int, str | None, int]] = {}  # label -> (steps, first reason, first step)
+        self.max_rate = max_rate
+        self.resume_hint = resume_hint
+        self._count = 0
+        self._first: tuple[int, str | None] = (0, None)  # first step of the streak, its first reason
+        self._labels: dict[str, None] = {}  # failing verifiers of the streak, in order of appearance
 
     def update(self, step: int, metrics: dict[str, Any], reasons: dict[str, str | None] | None = None) -> None:
         """Record step ``step``'s metrics.
 
         Raises:
-            VerifierFailedError: a verifier failed on every sample of ``max_steps`` steps in a row.
+            VerifierFailedError: more than ``max_rate`` of the samples failed on ``max_steps`` steps in a row.
         """
-        n = metrics.get("reward/samples", 0.0)
-        for key, value in metrics.items():
-            if not key.startswith(FAILURES):
-                continue
-            label = key[len(FAILURES):]
-            if not (n and value >= n):
-                self._streaks.pop(label, None)
-                continue
-            count, why, first = self._streaks.get(label, (0, (reasons or {}).get(label), step))
-            self._streaks[label] = (count + 1, why, first)
-            if count + 1 >= self.max_steps:
-                raise VerifierFailedError(
-                    f"verifier {label!r} failed on every sample of steps {first}-{step} "
-                    f"(trainer.max_failed_steps={self.max_steps}); first failure: "
-                    f"{(why or 'see samples/step-' + str(first) + '.jsonl')[:300]}; the run stopped without saving "
-                    f"these steps (fix the verifier, then --resume from the last checkpoint)")
+        rate = metrics.get(FAILURE_RATE, 0.0)
+        if not metrics.get("reward/samples") or not rate > self.max_rate:
+            self._count, self._labels = 0, {}
+            return
+        failing = [key[len(FAILURES):] for key, value in metrics.items() if key.startswith(FAILURES) and value]
+        if self._count == 0:
+            self._first = (step, next((reasons[lbl] for lbl in failing if (reasons or {}).get(lbl)), None))
+        self._count += 1
+        self._labels.update(dict.fromkeys(failing))
+        if self._count >= self.max_steps:
+            first, why = self._first
+            steps = f"step {step}" if first == step else f"steps {first}-{step}"
+            names = ", ".join(repr(lbl) for lbl in self._labels) or "a verifier"
+            raise VerifierFailedError(
+                f"{names} failed for the machinery on more than {self.max_rate:.0%} of the samples of {steps} "
+                f"({rate:.0%} on step {step}; reward.max_failure_rate={self.max_rate:g}, "
+                f"trainer.max_failed_steps={self.max_steps}); first failure: "
+                f"{(why or 'see samples/step-' + str(first) + '.jsonl')[:300]}; the run stopped without saving "
+                f"these steps (fix the verifier or its sandbox, {self.resume_hint()})")
+
+
+class CollapseWatch:
+    """Notices a run that has stopped learning: ``steps`` steps in a row on which every group's rewards were equal
+    (``reward/zero_var_groups``, before dynamic sampling's filter where it runs, is 1: the group-relative advantage is
+    0 everywhere) or the policy's mean entropy was under ``entropy_floor`` (it samples one answer). The counts come from
+    metrics summed over ranks, so every rank sees the same.
+
+    Args:
+        steps: steps in a row (``trainer.collapse_steps``). entropy_floor: nats (``trainer.collapse_entropy``).
+    """
+
+    def __init__(self, steps: int, entropy_floor: float) -> None:
+        self.steps, self.entropy_floor = steps, entropy_floor
+        self._flat = self._low = 0
+        self.warned = False
+
+    def update(self, step: int, metrics: dict[str, Any]) -> str | None:
+        """Record step ``step``; returns the one-line warning the first time the run is seen collapsed, else None."""
+        zero_var = metrics.get("rollout/zero_var_groups_before_filter", metrics.get("reward/zero_var_groups"))
+        entropy = metrics.get("train/entropy")
+        self._flat = self._flat + 1 if zero_var is not None and zero_var >= 1.0 - 1e-9 else 0
+        self._low = self._low + 1 if entropy is not None and entropy < self.entropy_floor else 0
+        if self.warned or max(self._flat, self._low) < self.steps:
+            return None
+        self.warned = True
+        if self._flat >= self.steps:
+            solve = metrics.get("reward/solve_rate")
+            which = ("every sample solves its prompt" if solve is not None and solve >= 1.0 - 1e-9 else
+                     "no sample solves its prompt" if solve is not None and solve <= 1e-9 else
+                     "each group is all solved or all failed")
+            what = (f"every group's rewards have been equal for {self._flat} steps ({which}): the group-relative "
+                    f"advantage is 0 and the updates carry nothing")
+        else:
+            what = (f"the policy's entropy has been under {self.entropy_floor:g} nats a token for {self._low} steps "
+                    f"(it samples one answer)")
+        return (f"WARNING: the run has stopped learning at step {step}: {what}; try a KL or entropy term "
+                f"(algorithm.kl.beta, algorithm.entropy_coef), a lower optim.lr, a larger rollout.group_size or "
+                f"temperature, dynamic sampling, or prompts nearer a 50% solve rate (trainer.stop_on_collapse ends a "
+                f"run here)")
 
 
 class TrainProgress:
@@ -147,6 +206,13 @@ class TrainProgress:
     @staticmethod
     def format_stats(metrics: dict[str, Any]) -> str:
         secs = sum(v for k, v in metrics.items() if k.startswith("time/"))
+        if "reward/mean" not in metrics and "train/loss" in metrics:  # a stage on fixed data (SFT, DPO)
+            parts = [f"loss={metrics['train/loss']:.4f}"]
+            for key, name in (("train/accuracy", "acc"), ("train/margin", "margin"), ("eval/loss", "eval_loss"),
+                              ("eval/accuracy", "eval_acc"), ("eval/pass_at_1", "eval_pass@1")):
+                if key in metrics:
+                    parts.append(f"{name}={metrics[key]:.3f}")
+            return " ".join(parts + [f"{secs:.1f}s/step"])
         parts = [f"reward={metrics.get('reward/mean', float('nan')):.3f}",
                  f"solve={metrics.get('reward/solve_rate', float('nan')):.3f}",
                  f"len={metrics.get('rollout/response_length', float('nan')):.1f}",

@@ -6,6 +6,8 @@ One interface (:class:`RewardSource`) for every way a step is rewarded, so the t
 - ``verifiers``: :class:`VerifierRewards`, the recipe's ``verifiers:`` run by
   :class:`rlvr.verifiers.reward.RewardFunction`
   in its worker pool; a verifier with ``optimise: false`` is scored and logged as gold but weighs 0 in the total.
+  A ``rollout.environment``'s episode rewards join them as the label ``env``
+  (:mod:`rlvr.rollout.environment_rewards`).
 - ``reward_model`` / ``both``: :class:`RewardModelRewards`, a learned reward model (or ensemble, ``reward_model:``)
   scores the exact sampled token ids; the verifiers still run and are logged (as gold scores where they are not
   optimised), and ``both`` adds their total to ``rm_weight`` times the model's score.
@@ -21,6 +23,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from rlvr.rollout.environment_rewards import add_episode_rewards
 from rlvr.trainer.batch import RolloutBatch
 
 
@@ -31,7 +34,8 @@ class RewardScores:
     Attributes:
         rewards: (N,) fp32 total reward (what the advantage estimator optimises).
         solved: (N,) bool, the solved-verifier scored 1 (solve rate, curriculum, dynamic sampling).
-        valid: (N,) bool, False for a sample to drop (a verifier failed and ``reward.failure_score`` is null).
+        valid: (N,) bool, False for a sample to leave out: an optimised verifier failed for the machinery (raised,
+            timed out, its sandbox broke) and ``reward.failure_score`` is null (the default).
         results: N per-sample logs (:class:`rlvr.verifiers.reward.RewardResult`: per-verifier ``scores``, ``extras``,
             ``failures``), for metrics and sample dumps.
     """
@@ -65,14 +69,19 @@ class VerifierRewards:
         labels: verifier labels in recipe order (``name``, ``name#2`` for repeats).
         solved_label: the label whose score 1 counts as solved (``solved_verifier``); ``None`` when the recipe has no
             verifier (nothing is ever solved; the trainer then logs no solve rate).
-        drop_failed: ``reward.failure_score`` is null: a sample with a failed verifier is not valid.
+        drop_failed: ``reward.failure_score`` is null: a sample on which a verifier that is not gold failed is not
+            valid (a gold verifier's failure costs its log only).
         gold_labels: labels logged as gold (``reward/gold_<label>``): verifiers that are not optimised.
+        environment_weight: the weight of the environment's episode rewards (``batch.episode_rewards``), added under
+            the label ``env``, which ``labels`` then holds; None: no environment.
+        failure_score: what an environment's failure adds to the total (``reward.failure_score``).
     Raises:
         ValueError: ``solved_label`` or a gold label not among ``labels``.
     """
 
     def __init__(self, reward_fn: Any, labels: list[str], solved_label: str | None, drop_failed: bool,
-                 gold_labels: list[str] | None = None) -> None:
+                 gold_labels: list[str] | None = None, environment_weight: float | None = None,
+                 failure_score: float | None = None) -> None:
         named = ([solved_label] if solved_label is not None else []) + list(gold_labels or [])
         unknown = [lbl for lbl in named if lbl not in labels]
         if unknown:
@@ -82,17 +91,22 @@ class VerifierRewards:
         self.solved_label = solved_label
         self.drop_failed = drop_failed
         self.gold_labels = list(gold_labels or [])
+        self.environment_weight, self.failure_score = environment_weight, failure_score
 
     def score(self, batch: RolloutBatch, samples: list[dict[str, Any]]) -> RewardScores:
-        """Run every verifier on every completion (failures cost one sample, never the run)."""
+        """Run every verifier on every completion, and add the environment's episode rewards (failures cost one
+        sample, never the run)."""
         results = self.reward_fn.score(batch.texts, samples)
+        if self.environment_weight is not None:
+            add_episode_rewards(results, batch.episode_rewards, self.environment_weight, self.failure_score)
         return RewardScores(
             rewards=torch.tensor([r.total for r in results], dtype=torch.float32),
             # dtype spelled out: a rank without prompts has empty lists, and torch.tensor([]) is float
             solved=torch.tensor([self.solved_label is not None
                                  and (r.scores.get(self.solved_label) or 0.0) >= 1.0 - 1e-9 for r in results],
                                 dtype=torch.bool),
-            valid=torch.tensor([not (self.drop_failed and r.failures) for r in results], dtype=torch.bool),
+            valid=torch.tensor([not (self.drop_failed and any(lbl not in self.gold_labels for lbl in r.failures))
+                                for r in results], dtype=torch.bool),
             results=results)
 
     def close(self) -> None:
@@ -149,7 +163,7 @@ class RewardModelRewards:
         if not self.collective:
             return self.model.score(sequences, self.pad_id, mbs, self.autocast_dtype)[0] if sequences \
                 else torch.zeros(0)
-        from rlvr.trainer.distributed import all_reduce_max
+        from rlvr.runtime.distributed import all_reduce_max
 
         chunks = [sequences[s:s + mbs] for s in range(0, len(sequences), mbs)]
         passes = all_reduce_max(len(chunks))  # before any forward: each forward is itself a collective

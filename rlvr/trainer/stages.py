@@ -2,7 +2,11 @@
 
 The names are shared by the trainer's ``step()``, the timers and the metric prefixes.
 ``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it;
-``tools`` (``rollout.tools`` only) the tool calls' wall-clock time, inside ``rollout`` and not counted in it.
+``tools`` (``rollout.tools`` or ``rollout.environment`` only) the time the tool calls and the environment took to
+answer, inside ``rollout`` and not counted in it.
+With ``rollout.max_off_policy_steps`` >= 1, ``rollout``, ``tools`` and ``reward`` run in the collector's thread while
+the trainer works (metrics ``rollout/collector_<stage>_s``), and the step has ``rollout_wait`` instead: the seconds the
+trainer waited for its batch.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-STAGES = ("rollout", "tools", "reward", "old_logprobs", "ref_logprobs", "values", "advantages", "update",
-          "update_critic", "sync", "checkpoint")
+STAGES = ("rollout_wait", "rollout", "tools", "reward", "old_logprobs", "ref_logprobs", "values", "advantages",
+          "update", "update_critic", "sync", "checkpoint")
 
 
 class StageTimer:

@@ -1,8 +1,9 @@
 """What a step reports about its rollouts: ``reward/*`` and ``rollout/*`` metrics (summed over ranks), and the
 ``samples/step-N.jsonl`` dump of rank 0's samples.
 
-Reward and solve-rate statistics leave dropped samples out (``reward.failure_score: null``); lengths count every
-sample. Vocabulary: N samples of this rank's batch, K verifier labels.
+Reward and solve-rate statistics leave out the samples that failed for the machinery (``reward.failure_score: null``,
+the default); lengths count every sample. ``reward/infra_failures`` counts those failures by verifier.
+Vocabulary: N samples of this rank's batch, K verifier labels.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 import torch
 
 from rlvr.algo.kl import kl_per_token
-from rlvr.runs.atomic import atomic_open
+from rlvr.runtime.atomic import atomic_open
+from rlvr.runtime.distributed import all_reduce_sum
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.groups import zero_variance_groups
 
 
@@ -53,16 +54,17 @@ def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: flo
         zero_var = float(zero_variance_groups(rewards.view(-1, batch.group_size),
                                               valid.bool().view(-1, batch.group_size)).sum())
     fails = [float(sum(lbl in res.failures for res in batch.reward_results)) for lbl in labels]  # failed calls
+    failed_samples = float(sum(bool(res.failures) for res in batch.reward_results))
     stats = torch.cat([torch.tensor([
         float(len(lengths)), float(rewards.sum()), float((rewards.double() ** 2).sum()), float(solved.sum()),
         float(lengths.sum()), float((lengths * solved).sum()), float(truncated.sum()), zero_var,
-        float(len(batch.prompts)), float(valid.sum())], dtype=torch.float64),
+        float(len(batch.prompts)), float(valid.sum()), failed_samples], dtype=torch.float64),
         torch.where(judged, vals, 0.0).sum(0), judged.double().sum(0), torch.tensor(fails, dtype=torch.float64)])
     s = all_reduce_sum(stats).tolist()
-    n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nvalid = s[:10]
+    n, rsum, rsq, nsolved, lsum, lsolved, ntrunc, zvar, ngroups, nvalid, nfailed = s[:11]
     k = len(labels)
-    vsum, vcount, vfail = s[10:10 + k], s[10 + k:10 + 2 * k], s[10 + 2 * k:10 + 3 * k]
-    samples = n
+    vsum, vcount, vfail = s[11:11 + k], s[11 + k:11 + 2 * k], s[11 + 2 * k:11 + 3 * k]
+    samples, left_out = n, n - nvalid
     n, nvalid = max(n, 1.0), max(nvalid, 1.0)
     out = {
         "reward/mean": rsum / nvalid,
@@ -70,7 +72,9 @@ def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: flo
         "reward/solve_rate": nsolved / nvalid,
         "reward/zero_var_groups": zvar / max(ngroups, 1.0),
         "reward/samples": samples,
-        "reward/verifier_failures": float(sum(vfail)),
+        "reward/infra_failures": float(sum(vfail)),
+        "reward/infra_failure_rate": nfailed / n,
+        "reward/left_out": left_out,
         "rollout/response_length": lsum / n,
         "rollout/response_length_correct": lsolved / nsolved if nsolved else float("nan"),
         "rollout/response_length_incorrect": (lsum - lsolved) / (n - nsolved) if n > nsolved else float("nan"),
@@ -81,7 +85,59 @@ def rollout_metrics(batch: RolloutBatch, labels: list[str], rollout_seconds: flo
     }
     for lbl, vs, vc, vf in zip(labels, vsum, vcount, vfail, strict=True):
         out[f"reward/{lbl}"] = vs / vc if vc else float("nan")
-        out[f"reward/verifier_failures/{lbl}"] = vf
+        out[f"reward/infra_failures/{lbl}"] = vf
+    return out
+
+
+def service_metrics(batch: RolloutBatch, services: dict[str, tuple[str, ...]], solved_label: str | None,
+                    fallbacks: set[str]) -> dict[str, float]:
+    """Per-step metrics of verifiers that call a service (a judge; ``service_metrics`` in the registry), over this
+    step's kept samples, summed over ranks (every rank must call it with the same ``services``).
+
+    For each label of ``services`` (label -> the numeric extra fields it reports): ``reward/calls/<label>`` (samples
+    it was asked about), ``reward/cache_hits/<label>`` (samples answered from the cache), ``reward/<field>/<label>``
+    (the field's mean over the asked samples that returned it); and, unless it is the solved verifier or a
+    ``fallback_for`` verifier (in ``fallbacks``: it scores only what the rule could not decide), its agreement with the
+    solved verifier over samples both scored: ``reward/agreement/<label>`` (both >= 0.5 or both below) and
+    ``reward/accepts_wrong/<label>`` (of the samples the solved verifier scored below 0.5, the share it scored >= 0.5).
+    NaN where nothing was counted."""
+    labels = sorted(services)
+    rows = []
+    for lbl in labels:
+        fields = services[lbl]
+        called = [r for r in batch.reward_results if r.origin.get(lbl) == "called"]
+        row = [float(len(called)), float(sum(r.origin.get(lbl) == "cached" for r in batch.reward_results))]
+        for name in fields:
+            values = [r.extras.get(f"{lbl}/{name}") for r in called]
+            values = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            row += [sum(values), float(len(values))]
+        both = agree = wrong = accepted = 0.0
+        if solved_label is not None and lbl != solved_label and lbl not in fallbacks:
+            for r in batch.reward_results:
+                mine, rule = r.scores.get(lbl), r.scores.get(solved_label)
+                if mine is None or rule is None:
+                    continue
+                both += 1
+                agree += float((mine >= 0.5) == (rule >= 0.5))
+                if rule < 0.5:
+                    wrong += 1
+                    accepted += float(mine >= 0.5)
+        rows.append(row + [both, agree, wrong, accepted])
+    flat = [v for row in rows for v in row]
+    totals = all_reduce_sum(torch.tensor(flat, dtype=torch.float64)).tolist() if flat else []
+    out: dict[str, float] = {}
+    at = 0
+    for lbl in labels:
+        out[f"reward/calls/{lbl}"], out[f"reward/cache_hits/{lbl}"] = totals[at], totals[at + 1]
+        at += 2
+        for name in services[lbl]:
+            out[f"reward/{name}/{lbl}"] = totals[at] / totals[at + 1] if totals[at + 1] else float("nan")
+            at += 2
+        both, agree, wrong, accepted = totals[at:at + 4]
+        at += 4
+        if solved_label is not None and lbl != solved_label and lbl not in fallbacks:
+            out[f"reward/agreement/{lbl}"] = agree / both if both else float("nan")
+            out[f"reward/accepts_wrong/{lbl}"] = accepted / wrong if wrong else float("nan")
     return out
 
 

@@ -1,4 +1,4 @@
-"""The RL trainer, the driver of one loop: rollout -> reward -> advantages -> update -> sync -> log -> checkpoint.
+"""The RL trainer: the models of a run and one training step, rollout -> reward -> advantages -> update -> sync.
 
 Usage::
 
@@ -8,19 +8,22 @@ Usage::
     trainer = RLTrainer(load_recipe("recipes/demo.yaml"), run_dir=Path("runs/demo"))
     summary = trainer.train()          # evals before/after, checkpoints, metrics.jsonl, plots
 
-The driver only sequences stages; each has its own module:
+The step only sequences stages; each has its own module:
 
 - models: :mod:`rlvr.trainer.workers` (policy, reference: one :class:`ModelWorker` each; DeepSpeed set-up in
   :mod:`rlvr.trainer.deepspeed_setup`; the critic in :mod:`rlvr.trainer.critic`; under ZeRO-3 the reference and the
   reward models are sharded too, :mod:`rlvr.trainer.sharded_inference`);
 - rewards: :mod:`rlvr.trainer.reward_sources` (verifiers behind one ``score`` interface);
-- rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`; with ``rollout.tools``, multi-turn
-  rollouts on the same engine (:mod:`rlvr.runs.tool_rollouts`), tool answers masked out of the loss;
+- rollouts and DAPO dynamic sampling: :mod:`rlvr.trainer.dynamic_sampling`; with ``rollout.tools`` or
+  ``rollout.environment``, multi-turn rollouts on the same engine (:mod:`rlvr.rollout.tool_sampler`), tool and
+  environment answers masked out of the loss, the environment's episode rewards beside the verifiers' (``env``); with
+  ``rollout.max_off_policy_steps`` K >= 1, the same collection of the next steps in a background thread while the
+  trainer updates (:mod:`rlvr.trainer.async_collector`), samples staler than K dropped (:mod:`rlvr.trainer.staleness`);
 - the algorithm (what it needs, advantages (N, T)): :mod:`rlvr.trainer.algorithms`;
 - the update loop (epochs x mini-batches x micro-batches) and the policy loss: :mod:`rlvr.trainer.update_loop`,
   :mod:`rlvr.trainer.policy_objective`;
-- metrics and sample dumps: :mod:`rlvr.trainer.step_metrics`; evals, the run loop and the summary:
-  :mod:`rlvr.trainer.driver`.
+- metrics and sample dumps: :mod:`rlvr.trainer.step_metrics`; the run around the steps (evaluations, the loop, the
+  budgets, the failure streak, plots, the summary) and its state: :mod:`rlvr.trainer.run`.
 
 The same code runs on one CPU process (gloo) and under ``torchrun``/``deepspeed`` on GPUs: each rank rolls out its
 share of the step's prompts (whole groups, so group baselines need no communication) and DeepSpeed reduces gradients.
@@ -29,60 +32,88 @@ Vocabulary: B prompts per step, G samples per prompt, N = B x G samples, T respo
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import math
 import os
-import random
-from collections.abc import Callable
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlvr.algo.kl import AdaptiveKLController
-from rlvr.config import Recipe, check_resumed_recipe, dump_recipe
-from rlvr.curriculum import Curriculum
-from rlvr.curriculum.plot import plot_curriculum
-from rlvr.models.loading import eos_token_ids, load_causal_lm
+from rlvr.config import Recipe, dump_recipe
+from rlvr.curriculum import Curriculum, StepReport
+from rlvr.models.loading import eos_token_ids, load_causal_lm, use_fast_layers
 from rlvr.models.lora import apply_lora
-from rlvr.models.precision import PrecisionChoice, announce_precision, choose_precision, matmul_shape
+from rlvr.models.precision import announce_precision
 from rlvr.preflight import CheckOptions
 from rlvr.rollout.choice import build_rollout_engine, with_chosen_engine
+from rlvr.rollout.environment_rewards import environment_is_gold, environment_weight
+from rlvr.rollout.server_launch import start_fleet
+from rlvr.rollout.tool_sampler import ToolSampler, build_tool_sampler
 from rlvr.runs import checkpoint as ckpt
-from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.evaluation import EvalResult, run_eval
-from rlvr.runs.metrics import MetricsLogger, check_metrics_before_resume, read_metrics
-from rlvr.runs.plots import plot_curves, plot_tools
+from rlvr.runs.metrics import MetricsLogger
 from rlvr.runs.recipe_inputs import open_recipe_inputs
-from rlvr.runs.tool_rollouts import ToolSampler
-from rlvr.tools.loading import build_tool_environment
+from rlvr.runtime.atomic import atomic_write_text, remove_leftovers
+from rlvr.runtime.distributed import DistInfo, all_reduce_sum, init_distributed
+from rlvr.tools.loading import build_environment
+from rlvr.tools.spec import ENVIRONMENT_LABEL
 from rlvr.trainer import step_metrics
 from rlvr.trainer.algorithms import Algorithm, build_algorithm
+from rlvr.trainer.async_collector import AsyncCollector
 from rlvr.trainer.batch import RolloutBatch, tensorize
 from rlvr.trainer.critic import ValueObjective, build_critic, critic_metrics
 from rlvr.trainer.deepspeed_setup import build_engine
-from rlvr.trainer.distributed import DistInfo, all_reduce_sum, init_distributed
-from rlvr.trainer.driver import RunDriver
 from rlvr.trainer.dynamic_sampling import collect
 from rlvr.trainer.policy_objective import PolicyObjective
 from rlvr.trainer.progress import phase
 from rlvr.trainer.reward_sources import RewardModelRewards, RewardSource, VerifierRewards
+from rlvr.trainer.run import StepResult, TrainingRun
 from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
 from rlvr.trainer.stages import StageTimer
+from rlvr.trainer.staleness import StaleFilter, drop_stale_groups, stamp_versions
+from rlvr.trainer.trainer_base import TrainerBase
 from rlvr.trainer.update_loop import run_update
-from rlvr.trainer.workers import AdapterOffWorker, MicroBatchPlan, ModelWorker
+from rlvr.trainer.workers import AdapterOffWorker, ModelWorker
 
 
-class RLTrainer:
+@dataclass
+class CollectedStep:
+    """A step's rollouts made by the asynchronous collector (``rollout.max_off_policy_steps`` >= 1), with what the
+    producer thread saw while making them.
+
+    Attributes:
+        batch: the scored batch, every completion's ``policy_version`` set. info: the ``rollout/*`` counts of
+            :func:`rlvr.trainer.dynamic_sampling.collect`. seconds: the producer's stage seconds (``rollout``,
+            ``reward``, ``tools``), spent while the trainer worked. generated: tokens generated for the step.
+        tokens_total: tokens generated by the run up to and including this batch.
+        curriculum: the curriculum's report of the step. curriculum_state: the curriculum's state after the step's
+            draws and observations (what a checkpoint of this step saves).
+    """
+
+    batch: RolloutBatch
+    info: dict[str, float]
+    seconds: dict[str, float]
+    generated: int
+    tokens_total: int
+    curriculum: StepReport
+    curriculum_state: dict[str, Any]
+
+
+class RLTrainer(TrainerBase):
     """Policy optimisation on DeepSpeed with the recipe's algorithm (group-relative advantage estimator), loss
     aggregation, clipping, KL and entropy terms, against the recipe's reward source (verifiers).
 
     Args:
         recipe: a validated :class:`rlvr.config.Recipe`.
         run_dir: where metrics, samples, plots, checkpoints and the resolved recipe go.
-        resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine).
+        resume: continue from the newest checkpoint in ``run_dir`` (same metrics, step for step, on the same machine;
+            with ``rollout.max_off_policy_steps`` >= 1 the batches that were in flight are generated again from the
+            restored weights, so the samples differ).
         rollout_engine: inject an engine (tests); default: built from ``rollout.engine``.
         resume_from: continue from this checkpoint of ``run_dir`` instead (``checkpoints/step-N``; implies
             ``resume``): metrics, TensorBoard events and checkpoints of later steps are dropped.
@@ -106,18 +137,13 @@ class RLTrainer:
         if r.rollout.prompts_per_step % self.dist.world_size:
             raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
                              f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
-        self._resume_path: Path | None = None
-        if resume_from is not None:
-            self._resume_path = ckpt.find_checkpoint(self.run_dir, resume_from)
-        elif resume:
-            self._resume_path = ckpt.latest_checkpoint(self.run_dir)
-            if self._resume_path is None:
-                raise FileNotFoundError(f"--resume: no finished checkpoint in {self.run_dir / 'checkpoints'}")
-        saved = self.run_dir / "recipe.resolved.yaml"
-        if self._resume_path is not None and saved.is_file():
-            check_resumed_recipe(saved.read_text(), r, allow_changed)
-        if self._resume_path is not None:  # a torn last line dropped, any other bad line named, before the model loads
-            check_metrics_before_resume(self.run_dir, self.dist.is_main)
+        if r.rollout.max_off_policy_steps and self.dist.world_size > 1:
+            # the producer's collectives (dynamic sampling's counts, the solve-rate table) would interleave with the
+            # update's on the one process group
+            raise ValueError(f"rollout.max_off_policy_steps={r.rollout.max_off_policy_steps} runs on one training "
+                             f"rank; this run has {self.dist.world_size}: set it to 0, or train on one rank (the "
+                             "servers can still be many)")
+        self._find_resume(resume, resume_from, allow_changed)
 
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
         self.algorithm: Algorithm = build_algorithm(r.algorithm)
@@ -127,6 +153,8 @@ class RLTrainer:
         self.tokenizer, self.prompt_set, model_path = inputs.tokenizer, inputs.prompt_set, inputs.model_path
         if rollout_engine is None:  # rollout.engine=auto: vLLM where it serves this model, else hf (printed once)
             r = self.recipe = with_chosen_engine(r, model_path, announce=self.dist.is_main)
+        # rollout.engine=server: servers rlvr starts load while the policy does (waited for when the engine is built)
+        self.servers = start_fleet(r, model_path, self.run_dir / "servers") if rollout_engine is None else None
         if (r.rollout.engine == "hf" and r.trainer.zero_stage == 3 and self.dist.world_size > 1
                 and rollout_engine is None):
             # HF generate runs one forward per new token, and each rank stops when its own samples end: under ZeRO-3
@@ -135,19 +163,24 @@ class RLTrainer:
             raise ValueError("rollout.engine=hf with trainer.zero_stage=3 on several ranks would hang (ZeRO-3 gathers "
                              "parameters in every generation step, and ranks stop generating at different steps): use "
                              "rollout.engine=vllm, or trainer.zero_stage <= 2")
-        self.labels = list(self._labels())
+        self.labels = list(self._labels())  # the verifiers', then the environment's reward (``env``) if any
         # no verifiers (a reward model alone): no solved flag, so no solve rate and no pass@k eval
-        self.solved_label = self.labels[[s.name for s in self.specs].index(r.solved_verifier)] \
-            if r.solved_verifier is not None else None
-        # tools are imported and checked before the model loads; the sampler needs the rollout engine, built last
-        self.tool_env = build_tool_environment(r.rollout.tools_config(), self.tokenizer) if r.rollout.tools else None
+        self.solved_label = r.solved_verifier if r.solved_verifier in (None, ENVIRONMENT_LABEL) else \
+            self.labels[[s.name for s in self.specs].index(r.solved_verifier)]
+        # tools and the environment are imported and checked before the model loads; the sampler needs the rollout
+        # engine, built last
+        try:
+            self.tool_env = build_environment(r.rollout.tools_config(), self.tokenizer)
+        except BaseException:
+            self.reward_fn.close()
+            raise
         self.curriculum = Curriculum(r.curriculum, [p.row for p in self.prompt_set.train], seed=r.seed,
                                      max_new_tokens=r.rollout.max_new_tokens)
-        self.sampler = self.curriculum.sampler
         with phase(f"loading the policy from {model_path} onto {self.dist.device}", self.dist.is_main):
             self.model = load_causal_lm(model_path, r.model).to(self.dist.device)
             if r.model.lora is not None:  # adapters train, the base weights stay frozen (rlvr.models.lora)
                 self.model = apply_lora(self.model, r.model.lora, base_name=r.model.name).to(self.dist.device)
+            use_fast_layers(self.model, self.dist.device)  # before the engines and the rollout engine share it
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
         self.precision = self._choose_precision()
         if self.dist.is_main:
@@ -161,6 +194,7 @@ class RLTrainer:
             with phase("loading the reference model", self.dist.is_main):
                 self.ref_model = load_causal_lm(model_path, r.model).to(self.dist.device).eval()
             self.ref_model.requires_grad_(False)
+            use_fast_layers(self.ref_model, self.dist.device)
             if self.sharded_frozen_models:
                 with phase("sharding the reference model (ZeRO-3 inference)", self.dist.is_main):
                     ref_engine = build_inference_engine(self.ref_model, r.trainer)
@@ -178,21 +212,28 @@ class RLTrainer:
         with phase(f"rollout engine ({r.rollout.engine})",
                    self.dist.is_main and rollout_engine is None and r.rollout.engine != "hf"):  # hf: instant
             self.rollout_engine = rollout_engine or build_rollout_engine(
-                r, self.model, self.tokenizer, self.eos_ids, self.precision.generation_dtype)
+                r, self.model, self.tokenizer, self.eos_ids, self.precision.generation_dtype, servers=self.servers)
+        self._closes_rollout_engine = rollout_engine is None and r.rollout.engine == "server"
         self.tools: ToolSampler | None = None
-        if self.tool_env is not None:  # rollout.tools: multi-turn rollouts on the same engine
-            self.tools = ToolSampler(self.rollout_engine, self.tokenizer, self.tool_env, data=r.data,
-                                     shots=self.prompt_set.shots, rollout=r.rollout, eos_ids=self.eos_ids)
-        self.failure_reasons: dict[str, str | None] = {}
+        if self.tool_env is not None:  # rollout.tools / rollout.environment: multi-turn rollouts on the same engine
+            self.tools = build_tool_sampler(self.rollout_engine, self.tokenizer, r, self.prompt_set.shots,
+                                            self.eos_ids, env=self.tool_env)
         self.kl_ctl = AdaptiveKLController(r.algorithm.kl.beta, r.algorithm.kl.target, r.algorithm.kl.horizon)
         self.step_done = 0
         self.tokens_generated = 0
-        self.cpu_seconds = 0.0
-        self.eval_before: dict[str, Any] | None = None
-        self.step_eval: dict[str, Any] | None = None
-        """The held-out eval of step ``step_eval["step"]`` (set by the driver), saved in that step's checkpoint: the
-        best checkpoint by eval is kept beside the newest ``trainer.keep_checkpoints``."""
+        self.resumed_state: dict[str, Any] | None = None
+        """The resumed checkpoint's ``trainer_state.json`` (None for a fresh run): the run's own fields in it
+        (:class:`rlvr.trainer.run.RunState`) are read by the run."""
+        self.collector: AsyncCollector[CollectedStep] | None = None
+        """K >= 1: the producer of the next steps' rollouts, started by the first :meth:`collect` (None before, and
+        always with K = 0)."""
+        self._collected: CollectedStep | None = None  # K >= 1: the batch of the step under way
+        self._stale: StaleFilter | None = None  # K >= 1: its staleness
+        self._tokens_produced = 0  # K >= 1: tokens the producer generated, batches not yet trained on included
+        self._closed = False
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:  # a killed writer's temporary files (a metrics rewrite, a checkpoint) are not kept
+            remove_leftovers(self.run_dir)
         self.logger = MetricsLogger(self.run_dir, enabled=self.dist.is_main, wandb=r.logging.wandb,
                                     config=r.model_dump(mode="json") if r.logging.wandb is not None else None)
         if self.dist.is_main:
@@ -201,36 +242,13 @@ class RLTrainer:
             self._resume(self._resume_path)
 
     # ------------------------------------------------------------------------------------------------ set-up
-    @staticmethod
-    def _seed_everything(seed: int) -> None:
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
-
-    def _choose_precision(self) -> PrecisionChoice:
-        """``trainer.precision`` resolved for this rank's device and the policy's shape. ``auto`` on CPU ranks is
-        measured on rank 0 once and broadcast, so every rank trains and generates in the same precision."""
-        r = self.recipe
-        choose = partial(choose_precision, r.trainer.precision, self.dist.device, matmul_shape(self.model))
-        if self.dist.world_size == 1 or self.dist.device.type != "cpu" or r.trainer.precision != "auto":
-            return choose()
-        box = [choose() if self.dist.is_main else None]
-        torch.distributed.broadcast_object_list(box, src=0)
-        return box[0]
-
     def _labels(self) -> Any:
         seen: dict[str, int] = {}
         for spec in self.specs:
             seen[spec.name] = seen.get(spec.name, 0) + 1
             yield spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
-
-    def _worker(self, model: torch.nn.Module, engine: Any, worker: type[ModelWorker] = ModelWorker) -> ModelWorker:
-        r = self.recipe
-        return worker(model, engine, dist=self.dist, pad_id=int(self.tokenizer.pad_token_id),
-                           plan=MicroBatchPlan(r.optim.micro_batch_size, r.optim.micro_batch_tokens,
-                                               r.trainer.zero_stage),
-                           temperature=r.rollout.temperature, autocast_dtype=self.autocast_dtype,
-                           gradient_checkpointing=r.model.gradient_checkpointing)
+        if self.recipe.rollout.environment is not None:
+            yield ENVIRONMENT_LABEL
 
     @property
     def sharded_frozen_models(self) -> bool:
@@ -238,7 +256,18 @@ class RLTrainer:
         partitioned like the policy (:mod:`rlvr.trainer.sharded_inference`); below it, whole frozen copies."""
         return self.recipe.trainer.zero_stage == 3
 
-    def _release(self) -> None:
+    def close(self) -> None:
+        """Close the metrics logger and the reward source and destroy the engines besides the policy's (idempotent):
+        the end of a run."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.collector is not None:
+            self.collector.close()
+        self.logger.close()
+        self.rewards.close()
+        if self._closes_rollout_engine:  # a server engine built here: its servers and transfer folder go with the run
+            self.rollout_engine.close()
         if self.critic is not None:
             self.critic.engine.destroy()
         if self.reference is not None and self.reference.engine not in (None, self.engine):  # LoRA: the policy's
@@ -252,9 +281,12 @@ class RLTrainer:
         :mod:`rlvr.trainer.reward_sources`)."""
         r = self.recipe
         # recipe verifiers come first in the labels (the algorithm's own, e.g. overlong, after them)
-        gold = [lbl for lbl, v in zip(self.labels, r.verifiers) if not v.optimise or r.reward.source == "reward_model"]
+        gold = [lbl for lbl, v in zip(self.labels, r.verifiers)
+                if not v.optimise or r.reward.source == "reward_model" or r.reward.control != "none"]
+        gold += [ENVIRONMENT_LABEL] if environment_is_gold(r) else []
         verifiers = VerifierRewards(self.reward_fn, self.labels, self.solved_label,
-                                    drop_failed=r.reward.failure_score is None, gold_labels=gold)
+                                    drop_failed=r.reward.failure_score is None, gold_labels=gold,
+                                    environment_weight=environment_weight(r), failure_score=r.reward.failure_score)
         if self.reward_model is None:
             return verifiers
         return RewardModelRewards(self.reward_model, verifiers, pad_id=int(self.tokenizer.pad_token_id),
@@ -277,25 +309,18 @@ class RLTrainer:
                 ensemble = shard_ensemble(ensemble, self.recipe.trainer)
         return ensemble
 
-    @property
-    def _idle_pass(self) -> Callable[[bool], None]:
-        """The policy worker's idle pass (kept on the trainer so a test can count a rank's idle passes)."""
-        return self.policy.idle_pass
-
-    @_idle_pass.setter
-    def _idle_pass(self, fn: Callable[[bool], None]) -> None:
-        self.policy.idle_pass = fn  # type: ignore[method-assign]
-
-    def _needs_old_logprobs(self) -> bool:
-        return self.algorithm.needs.old_logprobs
-
     # ------------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step_done, "curriculum": self.curriculum.state_dict(),
+        """The trainer's own state in a checkpoint: the step, the data order, the KL controller, the tokens generated,
+        the running reward normaliser and the precision chosen (the run adds its own:
+        :meth:`rlvr.trainer.run.RunState.checkpoint_fields`)."""
+        # K >= 1: the producer's curriculum is ahead by the batches in flight; the state after this step's batch is
+        # saved, and a resumed run draws the in-flight batches' prompts again
+        curriculum = self._collected.curriculum_state if self._collected is not None else self.curriculum.state_dict()
+        return {"step": self.step_done, "curriculum": curriculum,
                 "kl_ctl": self.kl_ctl.state_dict(), "tokens_generated": self.tokens_generated,
-                "cpu_seconds": self.cpu_seconds, "eval_before": self.eval_before,
                 "reward_normalizer": self.algorithm.normalizer.state_dict() if self.algorithm.normalizer else None,
-                "eval": self.step_eval if self.step_eval and self.step_eval.get("step") == self.step_done else None}
+                "precision": {"training": self.precision.name, "generation": self.precision.generation}}
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, self.engine, self.dist.rank,
@@ -308,40 +333,29 @@ class RLTrainer:
         if self.algorithm.normalizer is not None:
             self.algorithm.normalizer.load_state_dict(state["reward_normalizer"])
         self.tokens_generated = int(state.get("tokens_generated", 0))
-        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
-        self.eval_before = state.get("eval_before")
-        self.rollout_engine.sync_weights(self.model)
+        self.resumed_state = state
+        self._sync_rollout_weights(version=self.step_done)
         self.logger.truncate_after(self.step_done)
         dropped = ckpt.discard_checkpoints_after(self.run_dir, self.step_done, self.dist.rank)
         if self.dist.is_main:
             later = f" (deleted the later checkpoints {', '.join(p.name for p in dropped)})" if dropped else ""
             print(f"resumed from {path} at step {self.step_done}{later}")
 
-    def save(self, final: bool = False) -> Path:
-        """Checkpoint the current step (atomic), and refresh the plots. The HF ``model/`` folder is written in the
-        ``final`` checkpoint and, with ``trainer.export_every_checkpoint``, in every one."""
-        path = ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer,
-                                    self.state_dict(), keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
+    def save(self, run_state: dict[str, Any] | None = None, final: bool = False) -> Path:
+        """Checkpoint the current step (atomic) with the trainer's state and ``run_state`` (the run's fields,
+        :meth:`rlvr.trainer.run.RunState.checkpoint_fields`). The HF ``model/`` folder is written in the ``final``
+        checkpoint and, with ``trainer.export_every_checkpoint``, in every one."""
+        state = {**self.state_dict(), **(run_state or {})}
+        return ckpt.save_checkpoint(self.run_dir, self.step_done, self.engine, self.model, self.tokenizer, state,
+                                    keep=self.recipe.trainer.keep_checkpoints, rank=self.dist.rank,
                                     adapters_only=self.recipe.model.lora is not None,
                                     export=final or self.recipe.trainer.export_every_checkpoint,
                                     extra_engines={"critic": self.critic.engine} if self.critic is not None else None)
-        self._plot()
-        return path
 
     def train(self) -> dict[str, Any]:
-        """Run the remaining steps with an eval before the first and after the last (:class:`RunDriver`); returns
-        the summary."""
-        return RunDriver(self).train()
-
-    def _plot(self) -> None:
-        if self.dist.is_main:
-            records = read_metrics(self.run_dir)
-            plot_curves(records, self.run_dir / "plots" / "curves.png",
-                        title=f"{self.recipe.model.name} | {self.run_dir.name}")
-            plot_curriculum(records, self.run_dir / "plots" / "curriculum.png",
-                            title=f"{self.recipe.model.name} | {self.run_dir.name}")
-            plot_tools(records, self.run_dir / "plots" / "tools.png",
-                       title=f"{self.recipe.model.name} | {self.run_dir.name}")
+        """Run the remaining steps with an eval before the first and after the last (:class:`TrainingRun`);
+        returns the summary."""
+        return TrainingRun(self).train()
 
     def _report_rollout_logprob_check(self, train_metrics: dict[str, float]) -> None:
         """First step: say how far the rollout engine's log-probs are from the trainer's on the same tokens (before
@@ -356,6 +370,16 @@ class RLTrainer:
         print(f"rollout log-prob check ({self.recipe.rollout.engine} vs trainer, step 1): mean |diff| {mean:.2e}, "
               f"max {peak:.2e} nats/token: {verdict}")
 
+    @property
+    def can_evaluate(self) -> bool:
+        """Whether held-out evaluation means anything: a verifier says what is solved (pass@k needs it)."""
+        return self.solved_label is not None
+
+    @property
+    def eval_size(self) -> int:
+        """Held-out prompts."""
+        return len(self.prompt_set.eval)
+
     def evaluate(self, k: int | None = None) -> EvalResult | None:
         """Held-out pass@1 (with standard error), pass@k, maj@k and length on the eval split; None when it is empty.
 
@@ -365,7 +389,8 @@ class RLTrainer:
         ev = self.recipe.eval
         if not self.prompt_set.eval or self.solved_label is None:  # pass@k needs a verifier to say "solved"
             return None
-        with torch.no_grad():
+        # K >= 1: the producer shares the engine, the verifier pool and the tools: it waits during the eval
+        with torch.no_grad(), self.collector.paused() if self.collector is not None else contextlib.nullcontext():
             return run_eval(self.rollout_engine, self.tokenizer, self.prompt_set.eval, self.reward_fn,
                             self.solved_label, k=k or ev.k, temperature=ev.temperature,
                             max_new_tokens=ev.max_new_tokens or self.recipe.rollout.max_new_tokens,
@@ -375,7 +400,11 @@ class RLTrainer:
     # ------------------------------------------------------------------------------------------------ stages
     def collect(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
         """Rollout + verify, with DAPO dynamic sampling when enabled (:func:`rlvr.trainer.dynamic_sampling.collect`);
-        with ``rollout.tools``, multi-turn rollouts (:class:`rlvr.runs.tool_rollouts.ToolSampler`)."""
+        with ``rollout.tools`` or ``rollout.environment``, multi-turn rollouts
+        (:class:`rlvr.rollout.tool_sampler.ToolSampler`). With ``rollout.max_off_policy_steps`` >= 1, the batch the
+        background collector made (:meth:`_collect_off_policy`)."""
+        if self.recipe.rollout.max_off_policy_steps:
+            return self._collect_off_policy()
         timer = StageTimer()
         budget = self.recipe.trainer.max_tokens_generated
         batch, info, generated = collect(
@@ -384,6 +413,70 @@ class RLTrainer:
             tokens_left=math.inf if budget is None else budget - self.tokens_generated, timer=timer, tools=self.tools)
         self.tokens_generated += generated
         return batch, info, timer
+
+    def _sync_rollout_weights(self, version: int) -> None:
+        """The trainer's weights into the rollout engine. An engine that labels its weights (``server``: samples carry
+        the version that made them) is given ``version``, the optimizer steps those weights hold, so that a sample's
+        version and the trainer's step count agree, after a resume too."""
+        if getattr(self.rollout_engine, "policy_version", None) is not None:
+            self.rollout_engine.sync_weights(self.model, version=version)
+        else:
+            self.rollout_engine.sync_weights(self.model)
+
+    def _produce(self, step: int, version: int) -> CollectedStep:
+        """The batch of ``step`` (0-based), started at policy ``version``: the synchronous path's
+        :func:`rlvr.trainer.dynamic_sampling.collect`, in the collector's thread.
+
+        While the collector runs, that thread alone uses the curriculum, the reward source, the tool sampler and the
+        engine's ``generate`` (the trainer's thread calls only ``sync_weights``, and pauses the producer for an eval);
+        the trainer reads the curriculum's report and state from the :class:`CollectedStep`.
+        """
+        timer = StageTimer()
+        budget = self.recipe.trainer.max_tokens_generated
+        batch, info, generated = collect(
+            self.rollout_engine, self.rewards, self.curriculum, self.prompt_set.train, self.tokenizer,
+            step=step, config=self.recipe.rollout, ds=self.recipe.algorithm.dynamic_sampling, dist=self.dist,
+            tokens_left=math.inf if budget is None else budget - self._tokens_produced, timer=timer, tools=self.tools)
+        stamp_versions(batch, version)
+        self._tokens_produced += generated
+        report = self.curriculum.end_step(step)
+        return CollectedStep(batch, info, dict(timer.seconds), generated, self._tokens_produced, report,
+                             copy.deepcopy(self.curriculum.state_dict()))
+
+    def _start_collector(self) -> AsyncCollector[CollectedStep]:
+        """The collector of the steps from ``step_done`` on, at the weights the engine holds (synced after the last
+        update, or by the resume)."""
+        budget = self.recipe.trainer.max_tokens_generated
+        self._tokens_produced = self.tokens_generated
+        collector = AsyncCollector(self._produce, first_step=self.step_done, version=self.step_done,
+                                   max_off_policy_steps=self.recipe.rollout.max_off_policy_steps,
+                                   last_step=self.recipe.trainer.steps - 1,
+                                   is_last=lambda item: budget is not None and item.tokens_total >= budget)
+        collector.start()
+        return collector
+
+    def _collect_off_policy(self) -> tuple[RolloutBatch, dict[str, float], StageTimer]:
+        """The collector's batch of this step, its groups with a sample staler than K dropped
+        (:func:`rlvr.trainer.staleness.drop_stale_groups`). The step's timer holds ``rollout_wait``, the seconds the
+        trainer waited for the batch; the producer's own stage seconds are the metrics ``rollout/collector_<stage>_s``.
+        The producer's exception is raised here (the collector is closed first)."""
+        if self.collector is None:
+            self.collector = self._start_collector()
+        timer = StageTimer()
+        try:
+            with timer("rollout_wait"):
+                produced = self.collector.take(self.step_done)
+        except BaseException:
+            self.collector.close()
+            raise
+        self._collected = produced
+        self.tokens_generated += produced.generated
+        self._stale = drop_stale_groups(produced.batch, self.step_done, self.recipe.rollout.max_off_policy_steps)
+        info = {**produced.info, **self._stale.metrics()}
+        info["rollout/groups_kept"] -= self._stale.dropped_groups
+        info["rollout/batch_filled"] = info["rollout/groups_kept"] / self.recipe.rollout.prompts_per_step
+        info.update({f"rollout/collector_{stage}_s": seconds for stage, seconds in produced.seconds.items()})
+        return self._stale.batch, info, timer
 
     def prepare(self, batch: RolloutBatch, timer: StageTimer) -> None:
         """Pad the batch into tensors, then the forwards the loss needs before any update: the policy's own
@@ -445,8 +538,9 @@ class RLTrainer:
         return metrics
 
     # ------------------------------------------------------------------------------------------------ the step
-    def step(self) -> dict[str, float]:
-        """One training step: rollout -> reward -> advantages -> update -> sync; returns its metrics."""
+    def step(self) -> StepResult:
+        """One training step: rollout -> reward -> advantages -> update -> sync; returns its metrics and the
+        verifiers' first machinery failures."""
         batch, info, timer = self.collect()
         self.prepare(batch, timer)
         with timer("advantages"):
@@ -460,31 +554,49 @@ class RLTrainer:
         if self.step_done == 0:
             self._report_rollout_logprob_check(train_metrics)
         with timer("sync"):
-            self.rollout_engine.sync_weights(self.model)
-        curriculum = self.curriculum.end_step(self.step_done)
+            self._sync_rollout_weights(version=self.step_done + 1)
+        # K >= 1: the producer ended the curriculum's step when it made the batch
+        curriculum = self.curriculum.end_step(self.step_done) if self._collected is None else self._collected.curriculum
         self.step_done += 1
+        if self.collector is not None:
+            self.collector.synced(self.step_done)  # admits the batch of step step_done + K
+            self.logger.histogram("rollout/staleness", self._stale.staleness, self.step_done)
         for tag, values in curriculum.histograms.items():
             self.logger.histogram(tag, values, self.step_done)
         self._write_samples(self.step_done, batch)
         metrics = {**info, **self._rollout_metrics(batch, timer), **curriculum.metrics, **train_metrics}
         metrics.update({f"time/{k}_s": v for k, v in timer.seconds.items()})
-        return metrics
+        return StepResult(metrics, step_metrics.failure_reasons(batch, self.labels))
 
     def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
         """``reward/*`` and ``rollout/*`` metrics of the step (:func:`rlvr.trainer.step_metrics.rollout_metrics`)."""
-        self.failure_reasons = step_metrics.failure_reasons(batch, self.labels)
-        metrics = step_metrics.rollout_metrics(batch, self.labels, timer.seconds.get("rollout", 0.0),
-                                               self.tokens_generated)
+        seconds = timer.seconds if self._collected is None else self._collected.seconds  # K >= 1: the producer's
+        metrics = step_metrics.rollout_metrics(batch, self.labels, seconds.get("rollout", 0.0), self.tokens_generated)
         if self.solved_label is None:  # nothing decides "solved": a solve rate of 0 would be a made-up number
             for key in step_metrics.SOLVED_METRICS:
                 metrics.pop(key, None)
         if self.tools is not None:
             metrics.update(step_metrics.tool_metrics(batch))
+        failed = getattr(self.rollout_engine, "requests_failed", None)  # server engine: resent after a restart or fatal
+        if failed is not None:
+            metrics["rollout/server_requests_failed"] = float(failed)
+        services = self._service_verifiers()
+        if services:
+            fallbacks = {lbl for lbl, spec in zip(self.labels, self.specs) if spec.fallback_for is not None}
+            metrics.update(step_metrics.service_metrics(batch, services, self.solved_label, fallbacks))
         gold = self.rewards.gold_labels
         if self.reward_model is not None or gold:
             metrics.update(step_metrics.reward_model_metrics(batch, gold, metrics) if self.reward_model is not None
                            else {f"reward/gold_{lbl}": metrics[f"reward/{lbl}"] for lbl in gold})
         return metrics
+
+    def _service_verifiers(self) -> dict[str, tuple[str, ...]]:
+        """Labels of the verifiers that call a service (a judge), with the numeric fields they report per sample."""
+        fn_of = getattr(self.reward_fn, "verifier_fn", None)
+        if fn_of is None:
+            return {}
+        return {lbl: fn_of(lbl).service_metrics for lbl in self.labels
+                if lbl != ENVIRONMENT_LABEL and getattr(fn_of(lbl), "service_metrics", None) is not None}
 
     def _write_samples(self, step: int, batch: RolloutBatch) -> None:
         """``samples/step-N.jsonl``: one line per sample of rank 0, every ``trainer.log_samples_every`` steps."""

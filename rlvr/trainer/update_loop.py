@@ -19,8 +19,8 @@ from typing import Protocol
 import torch
 
 from rlvr.algo.losses import count_sequences
+from rlvr.runtime.distributed import all_reduce_sum
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import all_reduce_sum
 from rlvr.trainer.workers import ModelWorker
 
 Accumulate = Callable[[str, float], None]

@@ -3,7 +3,7 @@
 A worker owns a DeepSpeed engine (trainable, or ZeRO-3 sharded for inference) or a plain frozen module, and the
 machinery every model shares: the micro-batch plan (rows and a padded-token budget), the idle passes a rank without
 samples runs so that the other ranks' ZeRO collectives do not hang, the log-prob forward on the exact sampled ids, and
-backward/step. The driver (:mod:`rlvr.trainer.trainer`) only sequences stages; the update loop
+backward/step. The trainer's step (:mod:`rlvr.trainer.trainer`) only sequences stages; the update loop
 (:mod:`rlvr.trainer.update_loop`) calls these verbs.
 
 Vocabulary: N samples, T response tokens (T_micro: the longest response of a micro-batch), R rows of a micro-batch.
@@ -16,11 +16,9 @@ from typing import Any
 
 import torch
 
-from rlvr.models.attention import use_grouped_query_attention
-from rlvr.models.cpu_fused_layers import fuse_cpu_layers
-from rlvr.models.logprobs import response_logprobs, shared_prefix_logprobs
+from rlvr.models.logprobs import packed_layers, response_logprobs, shared_prefix_logprobs
+from rlvr.runtime.distributed import DistInfo, all_reduce_max
 from rlvr.trainer.batch import RolloutBatch
-from rlvr.trainer.distributed import DistInfo, all_reduce_max
 from rlvr.trainer.micro_batches import micro_batches_are_collective, plan_micro_batches
 
 
@@ -28,16 +26,23 @@ from rlvr.trainer.micro_batches import micro_batches_are_collective, plan_micro_
 class MicroBatchPlan:
     """How a worker splits samples: ``max_rows`` rows (``optim.micro_batch_size``) and at most ``max_tokens`` padded
     tokens (``optim.micro_batch_tokens``, None = rows only) per forward; ``zero_stage`` decides which passes are
-    collectives that every rank must run equally often."""
+    collectives that every rank must run equally often. ``unit`` consecutive samples stay in one micro-batch (a
+    preference pair); ``packed_cost``: the budget counts each row's own tokens (packed rows, SFT and DPO) instead of
+    rows x the longest."""
 
     max_rows: int
     max_tokens: int | None
     zero_stage: int
+    unit: int = 1
+    packed_cost: bool = False
 
 
 class ModelWorker:
     """One causal LM behind a DeepSpeed engine or as a frozen module, with log-prob forwards at the sampling
     temperature.
+
+    A worker changes nothing of its model: rlvr's faster layers are put in where the model is prepared
+    (:func:`rlvr.models.loading.use_fast_layers`), before the rollout engine shares it.
 
     Args:
         model: the HF module (its parameters are what a checkpoint saves and what the rollout engine syncs).
@@ -52,12 +57,6 @@ class ModelWorker:
     def __init__(self, model: torch.nn.Module, engine: Any, *, dist: DistInfo, plan: MicroBatchPlan, pad_id: int,
                  temperature: float, autocast_dtype: torch.dtype | None, gradient_checkpointing: bool) -> None:
         self.model = model
-        # rlvr's GQA attention where the model runs transformers' SDPA: the same math without copying keys/values
-        # per query head, and on CPU a training attention twice as fast as torch's flash kernel (rlvr.models.attention)
-        use_grouped_query_attention(model)
-        # on a CPU, RMSNorm and SwiGLU as one kernel pass each way instead of 4-10 torch ops (cpu_fused_layers)
-        if dist.device.type == "cpu":
-            fuse_cpu_layers(model)
         self.engine = engine
         self.dist = dist
         self.plan = plan
@@ -89,7 +88,8 @@ class ModelWorker:
         and a token budget splits them differently): under ZeRO-3 every engine forward gathers parameters, and under
         ZeRO-2 and 3 every backward reduces gradients. An empty micro-batch means: run :meth:`idle_pass`."""
         lengths = [len(batch.prompt_of(i).token_ids) + len(batch.completions[i].token_ids) for i in indices]
-        plan = plan_micro_batches(indices, lengths, self.plan.max_rows, self.plan.max_tokens)
+        plan = plan_micro_batches(indices, lengths, self.plan.max_rows, self.plan.max_tokens, unit=self.plan.unit,
+                                  packed=self.plan.packed_cost and self.packed_rows and packed_layers(self.model) > 0)
         if self.dist.world_size > 1 and self.synced and micro_batches_are_collective(self.plan.zero_stage, backward):
             plan += [[] for _ in range(all_reduce_max(len(plan)) - len(plan))]
         return plan

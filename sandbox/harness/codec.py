@@ -9,6 +9,12 @@ None, bool, int, float (NaN and infinities too), str, bytes, complex, list, tupl
 and numpy scalars and arrays (as their `.tolist()`). Lists stay JSON arrays; every other container becomes
 a JSON object `{"~": tag, "v": payload}`, so a JSON object never means a plain dict.
 
+`validated(structure)` checks that a structure from an untrusted process is one `encode` could have made,
+without rebuilding it: decoding hashes every dict key and set element, and a program that writes the answer
+itself can choose thousands of integers with one hash (k * (2 ** 61 - 1)), which makes building the dict take
+quadratic time. Values that only travel on (a call test's return value, judged on the host) are validated,
+never decoded.
+
 Subclasses are reduced to their base type through the base type's own methods (`int.__index__`,
 `list.__iter__`, `dict.items`, ...), never through methods the program may override: an object whose
 `__eq__` always returns True, or an int subclass that lies in `__str__`, crosses as its real value.
@@ -18,6 +24,8 @@ Subclasses are reduced to their base type through the base type's own methods (`
 """
 
 MAX_DEPTH = 100
+_CONTAINER_TAGS = ("tuple", "set", "frozenset", "dict", "bytes", "complex")
+_HASHABLE_TAGS = ("tuple", "frozenset", "bytes", "complex")  # may be a dict key or a set element
 
 
 class EncodeError(TypeError):
@@ -80,3 +88,49 @@ def decode(data):
     if tag == "complex":
         return complex(v[0], v[1])
     raise ValueError("unknown value tag %r" % (tag,))
+
+
+def validated(data):
+    """Return `data` itself when it is a structure `encode` could have made (known tags, well-formed payloads,
+    dict keys and set elements of hashable kinds, at most MAX_DEPTH levels); raises ValueError saying what is
+    wrong otherwise. Time linear in the structure's size: it builds no dict or set and hashes no value."""
+    _validate(data, 0, False)
+    return data
+
+
+def _validate(data, depth, key):
+    """Check one node at `depth`; `key`: it must be of a hashable kind (a dict key or set element)."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value nests deeper than %d levels" % MAX_DEPTH)
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return
+    if isinstance(data, list):
+        if key:
+            raise ValueError("a list cannot be a dict key or a set element")
+        for x in data:
+            _validate(x, depth + 1, False)
+        return
+    if not isinstance(data, dict) or len(data) != 2 or data.get("~") not in _CONTAINER_TAGS or "v" not in data:
+        raise ValueError("not an encoded value: %.80r" % (data,))
+    tag, v = data["~"], data["v"]
+    if key and tag not in _HASHABLE_TAGS:
+        raise ValueError("a %s cannot be a dict key or a set element" % tag)
+    if tag == "bytes":
+        if not isinstance(v, str):
+            raise ValueError("bytes must be encoded as a hex string")
+        bytes.fromhex(v)  # ValueError when it is not hex
+        return
+    if not isinstance(v, list):
+        raise ValueError("the payload of a %s must be a list" % tag)
+    if tag == "complex":
+        if len(v) != 2 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            raise ValueError("a complex must be encoded as [real, imag]")
+        return
+    for x in v:
+        if tag == "dict":
+            if not (isinstance(x, list) and len(x) == 2):
+                raise ValueError("a dict must be encoded as [key, value] pairs")
+            _validate(x[0], depth + 1, True)
+            _validate(x[1], depth + 1, False)
+        else:
+            _validate(x, depth + 1, tag != "tuple" or key)

@@ -1,7 +1,7 @@
 """`call` and `assert` tests inside the sandbox: the program runs once in a runner process (runner.py) and
 answers calls; for `assert` the test code runs in the driver and reaches the program through proxies.
 Shipped after processes.py and before driver.py (one namespace at run time)."""
-# encode() and decode() come from codec.py; _Abort, _write_all and OUT_TAIL from processes.py.
+# encode(), decode() and validated() come from codec.py; _Abort, _write_all and OUT_TAIL from processes.py.
 import builtins
 import json
 import os
@@ -53,9 +53,15 @@ class _RpcSession:
             self.d.dirty |= not self.d.kill_all()
             self.proc = None
 
-    def call(self, fn, args, kwargs):
-        """Call `fn` in the program before self.until; returns its decoded value, or raises the program's
-        own error (marked _from_program) or _Abort."""
+    def call(self, fn, args, kwargs, decoded=True):
+        """Call `fn` in the program before self.until; returns its value (decoded, or when not `decoded` in
+        codec form as `validated` checked it), or raises the program's own error (marked _from_program) or
+        _Abort.
+
+        Only an `assert` test's code needs the value decoded, and it runs under the test's timer (on_alarm),
+        which also bounds the decoding. A `call` test's value goes to the host undecoded: decoding it here
+        would have no deadline, and a program writing its own answer (keys that all hash alike) could make
+        it take quadratic time."""
         if self.abort is not None:
             raise self.abort  # the runner is gone; tests that swallowed the first _Abort see it again
         request = json.dumps({"fn": fn, "args": encode(list(args)), "kwargs": encode(dict(kwargs))})
@@ -65,11 +71,15 @@ class _RpcSession:
             except BrokenPipeError:
                 pass  # it is gone; pump reports how it ended
             answer = _reply(self.d.pump(self.proc, self.job["output_bytes"], self.until, True), "ok", "err")
+            value = validated(answer["ok"]) if "ok" in answer else None
+        except ValueError as e:  # only a program writing to the answer channel itself sends a malformed value
+            self.abort = _Abort("error", "the program wrote to the sandbox's answer channel: %s" % e)
+            raise self.abort from None
         except _Abort as abort:
             self.abort = abort
             raise
         if "ok" in answer:
-            return decode(answer["ok"])
+            return decode(value) if decoded else value
         raise _program_error(str(answer["err"]), str(answer.get("msg", "")))
 
     def run(self):
@@ -108,7 +118,7 @@ class _RpcSession:
         """(status, detail, encoded value) of one call case or one top-level statement of assert code."""
         try:
             if self.job["kind"] == "call":
-                return "ok", "", encode(self.call(self.job["fn"], unit["args"], unit["kwargs"]))
+                return "ok", "", self.call(self.job["fn"], unit["args"], unit["kwargs"], decoded=False)
             code = compile(unit["code"], "tests.py", "exec")
             self.in_unit = True
             signal.setitimer(signal.ITIMER_REAL, max(self.until - time.monotonic(), 0.001))

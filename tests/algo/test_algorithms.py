@@ -7,7 +7,6 @@ import torch
 
 from rlvr.algo.advantages import (
     broadcast_to_tokens,
-    get_estimator,
     grpo_advantages,
     reinforce_pp_advantages,
     rloo_advantages,
@@ -15,7 +14,8 @@ from rlvr.algo.advantages import (
     whiten,
 )
 from rlvr.algo.kl import AdaptiveKLController, kl_per_token
-from rlvr.algo.losses import aggregate_loss, cispo_loss, ppo_clip_loss
+from rlvr.algo.losses import PolicyLossInputs, aggregate_loss, cispo_loss, ppo_clip_loss
+from rlvr.algo.table import ALGORITHMS
 
 
 def test_grpo_group_baseline_with_std():
@@ -89,6 +89,27 @@ def test_rloo_and_reinforce_pp_leave_dropped_samples_out():
     assert centred[1].tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
+@pytest.mark.parametrize("name, std_normalize", [("grpo", True), ("grpo", False), ("rloo", False), ("rloo", True),
+                                                  ("reinforce_pp", True)])
+def test_a_machinery_failure_leaves_the_others_the_advantages_of_a_group_without_it(name, std_normalize):
+    """A sample left out for a failure of the machinery (a broken sandbox, a verifier that timed out) changes nothing
+    for its group's other samples: their advantages equal those of the group that never had it, whatever its reward
+    (a fake 0 would have moved the baseline)."""
+    est = ALGORITHMS[name].advantage_function()
+    full = torch.tensor([[0.25, 1.0, 0.0, 0.0, 0.5]])
+    for left_out in range(5):
+        kept = [j for j in range(5) if j != left_out]
+        valid = torch.ones(1, 5, dtype=torch.bool)
+        valid[0, left_out] = False
+        for fake in (0.0, 1.0, full[0, left_out].item()):
+            rewards = full.clone()
+            rewards[0, left_out] = fake
+            with_failure = est(rewards, valid=valid, std_normalize=std_normalize, eps=1e-6)
+            without = est(full[:, kept], std_normalize=std_normalize, eps=1e-6)
+            assert torch.allclose(with_failure[:, kept], without, atol=1e-6), (left_out, fake)
+            assert with_failure[0, left_out].item() == 0.0
+
+
 def test_rloo_std_normalize_divides_by_the_group_std():
     """Fix 11: advantage.std_normalize was silently ignored by rloo."""
     rewards = torch.tensor([[1.0, 0.0, 0.0]])
@@ -98,8 +119,17 @@ def test_rloo_std_normalize_divides_by_the_group_std():
 
 
 def test_unknown_estimator_names_valid_ones():
-    with pytest.raises(KeyError, match="did you mean 'grpo'"):
-        get_estimator("grp")
+    with pytest.raises(KeyError, match=r"unknown algorithm 'grp'; did you mean 'grpo'\? \(valid algorithm.name: grpo, "
+                                       r"rloo, reinforce_pp, ppo\)"):
+        ALGORITHMS["grp"]
+
+
+def test_loss_inputs_of_different_shapes_are_refused():
+    with pytest.raises(ValueError, match=r"expected \(R, T\) tensors of one shape: logprobs \(2, 3\), old_logprobs "
+                                         r"\(2, 3\), advantages \(2, 2\), mask \(2, 3\)"):
+        PolicyLossInputs(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"expected \(R, T\) tensors"):
+        PolicyLossInputs(torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.ones(3))
 
 
 def test_group_of_one_is_rejected():
@@ -112,11 +142,11 @@ def test_clip_low_and_high_differ():
     # ratios 0.5, 0.9, 1.1, 1.5 with eps_low = 0.2, eps_high = 0.28
     logp = torch.log(torch.tensor([[0.5, 0.9, 1.1, 1.5]]))
     mask = torch.ones(1, 4)
-    pos = ppo_clip_loss(logp, old, torch.ones(1, 4), mask, clip_low=0.2, clip_high=0.28)
+    pos = ppo_clip_loss(PolicyLossInputs(logp, old, torch.ones(1, 4), mask), clip_low=0.2, clip_high=0.28)
     # A > 0: loss = max(-r, -clip(r)) -> r=0.5: max(-0.5, -0.8) = -0.5; r=1.5: max(-1.5, -1.28) = -1.28 (clipped)
     assert torch.allclose(pos.loss, torch.tensor([[-0.5, -0.9, -1.1, -1.28]]))
     assert pos.clipped.tolist() == [[0.0, 0.0, 0.0, 1.0]]
-    neg = ppo_clip_loss(logp, old, -torch.ones(1, 4), mask, clip_low=0.2, clip_high=0.28)
+    neg = ppo_clip_loss(PolicyLossInputs(logp, old, -torch.ones(1, 4), mask), clip_low=0.2, clip_high=0.28)
     # A < 0: loss = max(r, clip(r)) -> r=0.5: max(0.5, 0.8) = 0.8 (clipped); r=1.5: max(1.5, 1.28) = 1.5
     assert torch.allclose(neg.loss, torch.tensor([[0.8, 0.9, 1.1, 1.5]]))
     assert neg.clipped.tolist() == [[1.0, 0.0, 0.0, 0.0]]
@@ -124,7 +154,8 @@ def test_clip_low_and_high_differ():
 
 def test_dual_clip_caps_negative_advantage():
     logp = torch.log(torch.tensor([[10.0]]))
-    out = ppo_clip_loss(logp, torch.zeros(1, 1), -torch.ones(1, 1), torch.ones(1, 1), clip_ratio_c=3.0)
+    out = ppo_clip_loss(PolicyLossInputs(logp, torch.zeros(1, 1), -torch.ones(1, 1), torch.ones(1, 1)),
+                        clip_ratio_c=3.0)
     assert out.loss.item() == pytest.approx(3.0)
 
 
@@ -132,7 +163,8 @@ def test_clip_regions_are_reported_apart():
     """Fix 7: the dual-clip region was missing from the clip fraction. Ratios 0.5, 1.5, 5 with A = +1, -1 each."""
     logp = torch.log(torch.tensor([[0.5, 1.5, 5.0, 0.5, 1.5, 5.0]]))
     adv = torch.tensor([[1.0, 1.0, 1.0, -1.0, -1.0, -1.0]])
-    out = ppo_clip_loss(logp, torch.zeros(1, 6), adv, torch.ones(1, 6), clip_low=0.2, clip_high=0.28, clip_ratio_c=3.0)
+    out = ppo_clip_loss(PolicyLossInputs(logp, torch.zeros(1, 6), adv, torch.ones(1, 6)), clip_low=0.2, clip_high=0.28,
+                        clip_ratio_c=3.0)
     assert out.clipped_high.tolist() == [[0.0, 1.0, 1.0, 0.0, 0.0, 0.0]]  # A > 0, r > 1.28
     assert out.clipped_low.tolist() == [[0.0, 0.0, 0.0, 1.0, 0.0, 0.0]]   # A < 0, r < 0.8
     assert out.clipped_dual.tolist() == [[0.0, 0.0, 0.0, 0.0, 0.0, 1.0]]  # A < 0, r > c = 3: loss capped at 3
@@ -145,7 +177,7 @@ def test_gspo_clips_whole_sequences_by_the_length_normalised_ratio():
     logp = torch.tensor([[0.2, 0.0, 0.0], [-0.3, 0.1, 0.2]], requires_grad=True)
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]) * mask
-    out = ppo_clip_loss(logp, torch.zeros(2, 3), adv, mask, clip_low=3e-4, clip_high=4e-4,
+    out = ppo_clip_loss(PolicyLossInputs(logp, torch.zeros(2, 3), adv, mask), clip_low=3e-4, clip_high=4e-4,
                         importance_sampling_level="sequence")
     s0 = math.exp(0.1)
     assert torch.allclose(out.ratio, torch.tensor([[s0, s0, 0.0], [1.0, 1.0, 1.0]]), atol=1e-6)
@@ -159,7 +191,7 @@ def test_gspo_clips_whole_sequences_by_the_length_normalised_ratio():
 def test_cispo_keeps_the_gradient_of_clipped_tokens():
     logp = torch.log(torch.tensor([[2.0, 1.1, 0.5]])).requires_grad_()
     adv = torch.tensor([[1.0, 1.0, -1.0]])
-    out = cispo_loss(logp, torch.zeros(1, 3), adv, torch.ones(1, 3), clip_low=1.0, clip_high=0.28)
+    out = cispo_loss(PolicyLossInputs(logp, torch.zeros(1, 3), adv, torch.ones(1, 3)), clip_low=1.0, clip_high=0.28)
     # weights sg(clip(r, 0, 1.28)) = 1.28, 1.1, 0.5; loss = -w * A * logp
     w = torch.tensor([[1.28, 1.1, 0.5]])
     assert torch.allclose(out.loss, -w * adv * logp.detach(), atol=1e-6)
@@ -179,7 +211,8 @@ def test_seq_mean_modes_do_not_count_fully_masked_sequences():
 
 def test_clipped_tokens_get_no_gradient():
     logp = torch.log(torch.tensor([[1.5, 1.0]])).requires_grad_()
-    out = ppo_clip_loss(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), clip_low=0.2, clip_high=0.2)
+    out = ppo_clip_loss(PolicyLossInputs(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)), clip_low=0.2,
+                        clip_high=0.2)
     out.loss.sum().backward()
     assert logp.grad[0, 0].item() == 0.0
     assert logp.grad[0, 1].item() == pytest.approx(-1.0)  # d(-r)/dlogp = -r = -1
@@ -219,10 +252,10 @@ def test_padding_never_changes_the_loss(mode):
     old = torch.tensor([[-1.1, -1.9, -0.5]])
     adv = torch.tensor([[1.0, 1.0, 1.0]])
     mask = torch.ones(1, 3)
-    base = aggregate_loss(ppo_clip_loss(logp, old, adv, mask).loss, mask, mode, max_len=8)
+    base = aggregate_loss(ppo_clip_loss(PolicyLossInputs(logp, old, adv, mask)).loss, mask, mode, max_len=8)
     # the same sample with 3 padding columns holding garbage values
     pad = lambda x, v: torch.cat([x, torch.full((1, 3), v)], dim=1)  # noqa: E731
-    padded = ppo_clip_loss(pad(logp, 5.0), pad(old, -30.0), pad(adv, 7.0), pad(mask, 0.0))
+    padded = ppo_clip_loss(PolicyLossInputs(pad(logp, 5.0), pad(old, -30.0), pad(adv, 7.0), pad(mask, 0.0)))
     assert aggregate_loss(padded.loss, pad(mask, 0.0), mode, max_len=8).item() == pytest.approx(base.item())
 
 

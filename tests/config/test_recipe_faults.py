@@ -117,3 +117,47 @@ def test_a_recipe_that_is_not_utf8(tmp_path):
 def test_invalid_yaml_is_one_line(tmp_path):
     message = _one_line_error(tmp_path, BASE + "rollout: [1\nseed: 2\n")
     assert message.endswith("recipe.yaml: not valid YAML: expected ',' or ']', but got ':' at line 11, column 5")
+
+
+def test_sandbox_python_modules_must_be_module_names(tmp_path):
+    recipe = _load(tmp_path, BASE + "sandbox:\n  python_modules: [numpy, scipy.sparse, numpy]\n")
+    assert recipe.sandbox.python_modules == ["numpy", "scipy.sparse"]
+    assert _load(tmp_path, BASE).sandbox.python_modules == []
+    message = _one_line_error(tmp_path, BASE + "sandbox:\n  python_modules: [numpy, 'os; rm']\n")
+    assert "sandbox.python_modules" in message and "not Python module names: 'os; rm'" in message
+
+
+@pytest.mark.parametrize("override, key", [
+    ("reward.num_workers=100000", "reward.num_workers"),
+    ("rollout.prompts_per_step=1000000000", "rollout.prompts_per_step"),
+    (f"seed={2 ** 70}", "seed"),
+    ("trainer.steps=10000000000", "trainer.steps"),
+    ("rollout.max_new_tokens=99999999999", "rollout.max_new_tokens"),
+])
+def test_sizes_counts_and_seeds_have_an_upper_bound_named_by_key(tmp_path, override, key):
+    with pytest.raises(RecipeError, match=rf"^{key}: Input should be less than or equal to"):
+        _load(tmp_path, BASE, [override])
+
+
+@pytest.mark.parametrize("text", ["verifiers:\n  - {name: math, timeout_s: .inf}\n",
+                                  "verifiers:\n  - {name: math, weight: .nan}\n"])
+def test_every_float_of_a_recipe_is_finite(tmp_path, text):
+    with pytest.raises(RecipeError, match=r"^verifiers\.0\.(timeout_s|weight): Input should be a finite number"):
+        _load(tmp_path, BASE.replace("verifiers:\n  - name: math\n", text))
+
+
+@pytest.mark.parametrize("engine", ["auto", "hf", "vllm"])
+def test_off_policy_steps_need_server_rollouts(tmp_path, engine):
+    """K >= 1 generates while the trainer updates: an engine that shares or reloads the trainer's weights cannot."""
+    message = _one_line_error(tmp_path, BASE, [f"rollout.engine={engine}", "rollout.max_off_policy_steps=1"])
+    assert "rollout.max_off_policy_steps=1" in message and "rollout.engine: server" in message
+    assert f"rollout.engine={engine!r}" in message
+    assert _load(tmp_path, BASE, [f"rollout.engine={engine}"]).rollout.max_off_policy_steps == 0
+
+
+def test_off_policy_steps_with_server_rollouts_load(tmp_path):
+    recipe = _load(tmp_path, BASE, ["rollout.engine=server", "rollout.servers.launch.count=1",
+                                          "rollout.max_off_policy_steps=2"])
+    assert (recipe.rollout.engine, recipe.rollout.max_off_policy_steps) == ("server", 2)
+    assert "rollout.max_off_policy_steps" in _one_line_error(
+        tmp_path, BASE, ["rollout.engine=server", "rollout.servers.launch.count=1", "rollout.max_off_policy_steps=-1"])

@@ -63,12 +63,11 @@ def _tensorboard_scalars(run, tag: str) -> list[tuple[int, float]]:
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
-def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path):
+def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path, no_plots):
     from rlvr.trainer.trainer import RLTrainer
 
     run = tmp_path / "run"
     first = RLTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 4, "save_every": 2, "keep_checkpoints": 3})), run)
-    first._plot = lambda: None
     first.train()
     first.engine.destroy()
     before = {m["step"]: m["train/loss"] for m in read_metrics(run)}
@@ -79,7 +78,6 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path):
     changed = resolve(tiny_recipe(*tiny, trainer={"steps": 4, "save_every": 2, "keep_checkpoints": 3},
                                   rollout={"temperature": 0.5}))
     second = RLTrainer(changed, run, resume_from="checkpoints/step-2", allow_changed=["rollout.temperature"])
-    second._plot = lambda: None
     assert second.step_done == 2
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-2"]  # the later one is gone
     second.train()
@@ -95,3 +93,20 @@ def test_resume_from_an_older_checkpoint_redoes_the_later_steps(tiny, tmp_path):
     assert [v for _, v in tb] == pytest.approx([after[s] for s in (1, 2, 3, 4)], rel=1e-6)
     assert (run / "checkpoints/step-4/trainer_state.json").stat().st_mtime_ns != stale
     assert "temperature: 0.5" in (run / "recipe.resolved.yaml").read_text()  # the run's recipe is the resumed one
+
+
+def test_a_run_written_before_a_key_existed_resumes_with_that_key_at_its_default(tiny, tmp_path):
+    """Keys added to the schema since the run was written (here a reward key and a per-verifier one, removed from the
+    saved recipe) are no change; a changed value of such a key still is."""
+    import yaml
+
+    from rlvr.config import check_resumed_recipe
+
+    saved = yaml.safe_load(dump_recipe(resolve(tiny_recipe(*tiny))))
+    del saved["reward"]["max_failure_rate"]
+    for v in saved["verifiers"]:
+        del v["memory_mb"]
+    old = yaml.safe_dump(saved)
+    check_resumed_recipe(old, resolve(tiny_recipe(*tiny)))  # nothing raised
+    with pytest.raises(RecipeError, match=r"reward.max_failure_rate: 0.5 -> 0.9"):
+        check_resumed_recipe(old, resolve(tiny_recipe(*tiny, reward={"max_failure_rate": 0.9})))

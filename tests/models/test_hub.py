@@ -71,12 +71,15 @@ def test_rlvr_check_offline_errors_on_a_model_that_is_nowhere(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("rlvr_cache", [None, "custom"])
-def test_torch_extensions_default_to_rlvrs_cache(tmp_path, rlvr_cache):
+def test_torch_extensions_default_to_rlvrs_cache_where_something_is_built(tmp_path, rlvr_cache):
+    """Importing rlvr sets no variable; the build set-up points torch's builder into rlvr's cache."""
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_EXTENSIONS_DIR", "RLVR_CACHE")}
     env["HOME"] = str(tmp_path)
     if rlvr_cache:
         env["RLVR_CACHE"] = str(tmp_path / rlvr_cache)
-    out = subprocess.run([sys.executable, "-c", "import os, rlvr; print(os.environ['TORCH_EXTENSIONS_DIR']); "
-                          "print(rlvr.cache_dir())"], env=env, capture_output=True, text=True, check=True).stdout
+    code = ("import os, rlvr; print(os.environ.get('TORCH_EXTENSIONS_DIR', 'unset')); print(rlvr.cache_dir()); "
+            "from rlvr.runtime.extensions import prepare_extension_builds; print(prepare_extension_builds()); "
+            "print(os.environ['TORCH_EXTENSIONS_DIR'])")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     root = tmp_path / rlvr_cache if rlvr_cache else tmp_path / ".cache" / "rlvr"
-    assert out.split() == [str(root / "torch_extensions"), str(root)]
+    assert out.split() == ["unset", str(root), str(root / "torch_extensions"), str(root / "torch_extensions")]

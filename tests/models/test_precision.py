@@ -1,6 +1,7 @@
 """trainer.precision: auto picks bf16 only where the device computes it natively and, on a CPU, where a cached
 measurement found it faster, per stage (CPU capability and the measurement mocked both ways)."""
 import json
+import re
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from rlvr.config import RecipeError, resolve
+from rlvr.kernels import machine
 from rlvr.models import precision
 from rlvr.models.precision import BF16_MIN_SPEEDUP, calibrate, choose_precision, matmul_shape
 from tests.tiny import tiny_recipe
@@ -99,16 +101,29 @@ def test_auto_chooses_each_stage_by_its_own_measurement(cpu_with, measured, caps
     assert choice.vllm_dtype == "bfloat16"
     # one line: both choices, the figures that decided them, the CPU and the cache file
     flops = 2 * 1024 * 576 * 1536
-    assert choice.reason.startswith(f"precision auto: training fp32 (matmul fp32 {flops / 0.04 / 1e9:.0f} vs bf16 "
-                                    f"{flops / (0.04 / 0.6) / 1e9:.0f} GFLOP/s), generation bf16 (decode bf16 ")
-    assert "GB/s of weights, bf16 1.40x as fast)" in choice.reason
+    assert choice.reason.startswith(f"precision auto: training fp32 (matmul fp32 {flops / 0.04 / 1e9:.3g} vs bf16 "
+                                    f"{flops / (0.04 / 0.6) / 1e9:.3g} GFLOP/s), generation bf16 (decode bf16 ")
+    assert "GB/s of weights; bf16 1.40x as fast, counting the bytes read)" in choice.reason
     assert "measured, saved to " in choice.reason and "precision-" in choice.reason
+    assert re.search(r"; measured 20\d\d-\d\d-\d\d \d\d:\d\d UTC at load \d+\.\d a core\]$", choice.reason)
     announce_precision(choice)
     assert capsys.readouterr().err == f"[rlvr] {choice.reason}\n"
     measured.set(train=1.4, decode=0.6)  # the other split (another shape: measured again)
-    choice = choose_precision("auto", "cpu", (64, 128))
+    choice = choose_precision("auto", "cpu", (256, 1024))
     assert (choice.name, choice.generation) == ("bf16", "fp32") and choice.generation_dtype is None
     assert measured.calls == 2
+
+
+def test_a_model_too_small_for_bf16_to_pay_is_fp32_without_measuring(cpu_with, measured):
+    """Timings of a tiny model's matmuls are noise: two first runs of a machine could choose differently."""
+    cpu_with(avx512_bf16=True, amx=False)
+    measured.set(train=3.0, decode=3.0)
+    choice = choose_precision("auto", "cpu", (64, 128))  # 2 x 1024 x 64 x 128 = 1.7e7 FLOPs a matmul
+    assert (choice.name, choice.generation, measured.calls) == ("fp32", "fp32", 0)
+    assert choice.reason.startswith("precision auto: training fp32, generation fp32 (a model this small, hidden 64 x "
+                                    "intermediate 128, gains nothing from bf16; not measured) [")
+    assert choose_precision("auto", "cpu", (128, 512)).name == "bf16"  # 1.3e8 FLOPs: measured
+    assert measured.calls == 1
 
 
 @pytest.mark.parametrize("speedup", [1.0, 1.05, BF16_MIN_SPEEDUP - 0.01])
@@ -131,7 +146,7 @@ def test_the_measurement_is_cached_per_machine_torch_threads_and_shape(cpu_with,
     assert len(files) == 1 and "cached: " in again.reason and files[0].name in again.reason
     key = json.loads(files[0].read_text())["key"]
     assert key["torch"] == torch.__version__ and key["threads"] == torch.get_num_threads()
-    assert key["train_shape"] == [1024, 576, 1536] and key["cpu"] == precision._cpu_model_name()
+    assert key["train_shape"] == [1024, 576, 1536] and key["cpu"] == machine._cpu_model_name()
     # another torch version, another thread count, another model shape: measured again, each in its own file
     _new_process(monkeypatch)
     monkeypatch.setattr(torch, "__version__", "0.0.0-test")
@@ -157,7 +172,7 @@ def test_a_corrupt_cache_file_is_measured_again_and_rewritten(cpu_with, measured
     _new_process(monkeypatch)
     choice = choose_precision("auto", "cpu")
     assert measured.calls == 2 and "measured, saved to" in choice.reason
-    assert set(json.loads(path.read_text())) == {"key", "train_s", "decode_s"}  # whole again
+    assert set(json.loads(path.read_text())) == {"key", "train_s", "decode_s", "measured_at", "load"}  # whole again
 
 
 def test_an_unwritable_cache_costs_only_the_cache(cpu_with, measured, monkeypatch, tmp_path):
@@ -181,7 +196,7 @@ def test_a_failing_bf16_measurement_falls_back_to_fp32(cpu_with, monkeypatch):
 
 def test_the_measurement_runs_and_returns_positive_times(monkeypatch):
     """One real, tiny measurement: the structure of its result, never its figures."""
-    monkeypatch.setattr(precision, "MEASURE_SECONDS", 0.005)
+    monkeypatch.setattr(machine, "MEASURE_SECONDS", 0.005)
     train_s, decode_s = REAL_MEASURE((32, 64, 128), (2, 64, 128, 3))
     for times in (train_s, decode_s):
         assert set(times) == {"fp32", "bf16"} and all(t > 0 for t in times.values())
@@ -238,9 +253,9 @@ def test_forced_precisions_are_both_stages_and_measure_nothing(cpu_with, measure
 def test_cpu_flags_are_read_where_torch_lacks_the_checks(cpu_with, monkeypatch):
     cpu_with(avx512_bf16=False, amx=False)
     monkeypatch.delattr(torch.cpu, "_is_avx512_bf16_supported", raising=False)
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: {"avx2", "fma"})
     assert choose_precision("auto", "cpu").name == "fp32"
-    monkeypatch.setattr(precision, "_cpu_flags", lambda: {"avx2", "avx512f", "amx_bf16"})
+    monkeypatch.setattr(machine, "_cpu_flags", lambda: {"avx2", "avx512f", "amx_bf16"})
     assert choose_precision("auto", "cpu").name == "bf16"  # native: measured (bf16 2x faster, mocked)
 
 
@@ -286,3 +301,20 @@ def test_the_choice_is_announced_once_on_stderr(capsys):
     announce_precision(choice)
     out, err = capsys.readouterr()
     assert out == "" and err == "[rlvr] precision fp32 (set in the recipe): test-only reason 1f3a\n"
+
+
+def test_only_implausible_figures_are_measured_again_and_the_load_is_recorded(cpu_with, measured, monkeypatch):
+    """A cached measurement is kept whatever the load it was taken at (the choice, and with it the numbers a seed
+    gives, stays the same on every run of the machine); figures no idle core gives (here 0.01 GB/s of weights) are
+    measured again."""
+    cpu_with(avx512_bf16=True, amx=False)
+    cal = calibrate((576, 1536))
+    assert measured.calls == 1 and cal.load is not None and cal.measured_at
+    data = json.loads(cal.path.read_text())
+    _new_process(monkeypatch)
+    cal.path.write_text(json.dumps({**data, "load": 6.5}))  # measured on a busy machine
+    again = calibrate((576, 1536))
+    assert again.cached and measured.calls == 1 and again.when().endswith("at load 6.5 a core")
+    _new_process(monkeypatch)
+    cal.path.write_text(json.dumps({**data, "decode_s": {"fp32": 1e3, "bf16": 5e2}}))
+    assert not calibrate((576, 1536)).cached and measured.calls == 2

@@ -41,15 +41,27 @@ def test_a_gold_answer_that_is_not_text_or_a_number(tmp_path, answer, what):
 
 def test_a_null_answer_is_named_by_its_line(tmp_path):
     path = _write(tmp_path, [GOOD, GOOD, {"question": "q", "answer": None}])
-    with pytest.raises(DataError, match=re.escape(f"{path}:4 has no 'answer' field (data.answer_field)")):
+    with pytest.raises(DataError, match=re.escape(f"{path}:4: 'answer' (data.answer_field) is null; give it a "
+                                                  "value, or drop the row")):
         load_rows(_cfg(path))
 
 
-@pytest.mark.parametrize("prompt, what", [(7, "int (7)"), (["a", "b"], "list (['a', 'b'])")])
-def test_a_prompt_that_is_not_text(tmp_path, prompt, what):
+@pytest.mark.parametrize("prompt, what", [
+    (7, "is a int (7), not text or a list of chat messages"),
+    (["a", "b"], "holds chat messages, but message 1 is not a {'role', 'content'} mapping with text content"),
+    ([], "holds chat messages, but an empty list of messages"),
+    ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+     "holds chat messages, but the last message is a assistant turn; the policy answers a user turn"),
+    ([{"role": "user", "content": "hi"}, {"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}],
+     "holds chat messages, but message 2 is a system turn after the first message"),
+    ([{"role": "tool", "content": "x"}], "holds chat messages, but message 1 has role 'tool'; expected one of system, "
+                                         "user, assistant"),
+])
+def test_a_prompt_that_is_not_text_or_a_conversation(tmp_path, prompt, what):
     path = _write(tmp_path, [GOOD, {"question": prompt, "answer": "1"}])
-    with pytest.raises(DataError, match=re.escape(f"{path}:3: 'question' (data.prompt_field) is a {what}, not text")):
+    with pytest.raises(DataError) as e:
         load_rows(_cfg(path))
+    assert str(e.value) == f"{path}:3: 'question' (data.prompt_field) {what}"
 
 
 def test_numbers_and_text_answers_pass(tmp_path):
@@ -77,3 +89,34 @@ def test_a_prompt_longer_than_the_context(tmp_path):
     assert finding.message == (f"{path}:4 is longer than the model's context (8,192 tokens): its prompt is 9,000 "
                                "tokens, and rollout.max_new_tokens=256 must fit after it; shorten or drop it")
     assert not _check_context(Report(), recipe, 8192, SimpleNamespace(train=prompts[:2], eval=[]), rows)
+
+
+def test_a_5000_digit_integer_answer_is_kept_exactly_as_text(tmp_path):
+    path = tmp_path / "data.jsonl"
+    digits = "7" * 5000
+    path.write_text(json.dumps(GOOD) + "\n" + '{"question": "big?", "answer": ' + digits + "}\n")
+    rows = load_rows(_cfg(path))
+    assert rows[1]["answer"] == digits and rows[0]["answer"] == "2"
+
+
+def test_a_line_nested_200000_deep_is_named_by_its_line(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + '{"question": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    with pytest.raises(DataError, match=re.escape(f"{path}:2: nested too deeply to read")):
+        load_rows(_cfg(path))
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"question": "what is \ud800?", "answer": "1"},
+     "'question' (data.prompt_field) holds a lone surrogate '\\ud800' at character 9"),
+    ({"question": "q", "answer": "\udfff"}, "'answer' (data.answer_field) holds a lone surrogate '\\udfff' at character 1"),
+    ({"question": "  \n", "answer": "1"}, "'question' (data.prompt_field) is empty: there is no question to answer"),
+    ({"question": "q", "answer": " "}, "'answer' (data.answer_field) is empty: no completion could ever match it"),
+])
+def test_text_no_tokenizer_or_verifier_can_use_is_named_by_its_line(tmp_path, row, message):
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(row) + "\n")  # json.dumps writes the surrogate as \ud800
+    with pytest.raises(DataError) as e:
+        load_rows(_cfg(path))
+    assert str(e.value) == f"{path}:2: {message}" + (", which is not text (a broken \\u escape?)"
+                                                     if "surrogate" in message else "")

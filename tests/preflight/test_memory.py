@@ -107,7 +107,7 @@ def _count_checkpointed_layers(model: torch.nn.Module) -> list[int]:
     return calls
 
 
-def test_token_budget_and_gradient_checkpointing_leave_the_training_numbers_unchanged(tmp_path):
+def test_token_budget_and_gradient_checkpointing_leave_the_training_numbers_unchanged(tmp_path, no_plots):
     """The memory knobs change how the batch is computed, never what: same losses and metrics within fp32 rounding."""
     from rlvr.config import resolve
     from rlvr.runs.metrics import read_metrics
@@ -123,7 +123,6 @@ def test_token_budget_and_gradient_checkpointing_leave_the_training_numbers_unch
     for name, (optim, model_cfg) in variants.items():
         raw = tiny_recipe(model, data, optim=optim, model=model_cfg, trainer={"steps": 2, "log_samples_every": 0})
         trainer = RLTrainer(resolve(raw), tmp_path / name)
-        trainer._plot = lambda: None
         recomputed = _count_checkpointed_layers(trainer.model)
         trainer.train()
         assert (sum(recomputed) > 0) == (name == "checkpointing"), name  # the option really recomputes layers

@@ -162,7 +162,7 @@ def test_an_end_of_turn_token_that_does_not_stop_generation_is_an_error(tiny, tm
 
 # ------------------------------------------------------------------------------------------------ gold
 def test_golds_that_do_not_verify_against_themselves_are_reported_by_row(tiny, tmp_path, capsys):
-    rows = [{"question": f"{i}+1=?", "answer": "" if i % 2 else str(i + 1)} for i in range(40)]
+    rows = [{"question": f"{i}+1=?", "answer": "}{" if i % 2 else str(i + 1)} for i in range(40)]
     data = tmp_path / "half_empty.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     raw = tiny_recipe(tiny[0], data, verifiers=[{"name": "math"}], reward={"solved_verifier": None})
@@ -170,10 +170,10 @@ def test_golds_that_do_not_verify_against_themselves_are_reported_by_row(tiny, t
     assert code == 0, out  # some golds fail: a warning with the rows
     assert "warn    gold: math: the gold answer scores below 1 on" in out
     bad = [line for line in out.splitlines() if line.strip().startswith("row ")]
-    assert bad and all("gold '' -> None (empty gold)" in line for line in bad)
+    assert bad and all("gold '}{' -> 0 (no final-answer marker)" in line for line in bad), bad
     assert all(int(line.split()[1].rstrip(":")) % 2 == 1 for line in bad)  # the odd rows are the empty ones
-    # every gold empty: the math reward would be constant, an error
-    data.write_text("".join(json.dumps({**r, "answer": ""}) + "\n" for r in rows))
+    # no gold verifies: the math reward would be constant, an error
+    data.write_text("".join(json.dumps({**r, "answer": "}{"}) + "\n" for r in rows))
     code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
     assert code == 1 and "error   gold: math: the gold answer scores below 1 on every one of 16 sampled rows" in out
 
@@ -338,7 +338,9 @@ GPU_RECIPES = {  # recipe -> (ranks, GPU) as its header states
 
 def test_every_shipped_recipe_is_covered():
     shipped = {p.name for p in (REPO / "recipes").glob("*.yaml")}
-    assert shipped == set(GPU_RECIPES) | {"demo.yaml", "tool_demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml"}
+    cpu_demos = {"demo.yaml", "tool_demo.yaml", "rm_demo.yaml", "ppo_rm_demo.yaml", "sft_tool_demo.yaml", "dpo_demo.yaml",
+                 "guessing_demo.yaml"}
+    assert shipped == set(GPU_RECIPES) | cpu_demos
 
 
 def _rm_run_dir(tmp_path: Path) -> Path:
@@ -427,6 +429,26 @@ def test_the_tool_demo_recipe_passes_with_and_without_its_tool(overrides, capsys
     assert "recipes/tool_demo.yaml: ok: 0 error(s)" in out, out
 
 
+def test_the_guessing_demo_recipe_passes_with_its_environment_as_the_only_reward(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/guessing_demo.yaml"])
+    assert code == 0, out
+    assert "ok      data: 270 rows from jsonl datasets/guessing.jsonl, each with 'question', 'answer'" in out, out
+    assert "skip    gold: no verifiers (a reward model or the environment scores the completions)" in out, out
+    assert "ok      environment: rlvr.tools.envs.number_guessing:NumberGuessing resolves (from " \
+           f"{REPO}/rlvr/tools/envs/number_guessing.py); environment_kwargs {{'max_guesses': 4}} fit its constructor; " \
+           "it sees the whole row" in out, out
+    assert "recipes/guessing_demo.yaml: ok: 0 error(s)" in out, out
+
+
+def test_a_mistyped_environment_is_a_check_error_naming_the_key(capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    code, out = _check(capsys, ["recipes/guessing_demo.yaml", "--set", "rollout.environment_kwargs={max_guess: 4}"])
+    assert code == 1
+    assert "error   environment: rollout.environment 'rlvr.tools.envs.number_guessing:NumberGuessing': " \
+           "environment_kwargs has 'max_guess', which its constructor does not take. Did you mean 'max_guesses'?" in out
+
+
 # ------------------------------------------------------------------------------------------------ at the start of runs
 def test_train_eval_and_filter_stop_on_a_failed_check_before_loading_the_model(tiny, tmp_path, capsys):
     model = _chat_model(tmp_path)  # its end-of-turn token does not stop generation
@@ -470,3 +492,23 @@ def test_a_verifier_that_returns_a_string_is_an_error(tiny, tmp_path, capsys):
     assert code == 1, out
     assert "error   gold: tests.preflight.test_preflight:returns_text: returned str, expected float, None or dict on " \
            "32 of 32 sampled completions (e.g. row " in out
+
+
+def test_flash_attention_on_a_cpu_is_an_error_before_the_model_loads(tiny, tmp_path, capsys):
+    raw = tiny_recipe(*tiny, model={"attn_implementation": "flash_attention_2"})
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert code == 1
+    assert ("error   attention: model.attn_implementation: flash_attention_2 runs on CUDA GPUs only, and this machine "
+            "has none: use sdpa (or leave it unset) on a CPU") in out
+
+
+def test_verifier_workers_and_threads_against_the_cores(tiny, tmp_path, capsys, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    raw = tiny_recipe(*tiny, reward={"num_workers": 1000}, trainer={"num_threads": 8})
+    code, out = _check(capsys, [_write(tmp_path / "r.yaml", raw)])
+    assert code == 1
+    assert ("error   cores: reward.num_workers=1000 verifier processes on 2 core(s): more than 16 a core only waits for "
+            "the cores (and may hit the process limit); use at most 8") in out
+    assert "warn    cores: trainer.num_threads=8 on 2 core(s)" in out

@@ -162,7 +162,7 @@ def test_ppo_with_a_lora_policy_and_critic_trains_and_resumes(tiny_dir, tmp_path
     states = torch.load(next((tmp_path / "run/checkpoints/step-2/critic").rglob("*model_states.pt")),
                         weights_only=False)
     assert states["module"] and all("lora_" in k or "modules_to_save" in k for k in states["module"])
-    trainer._release()
+    trainer.close()
     straight = [m for m in read_metrics(tmp_path / "run") if "critic/value_loss" in m]
 
     import shutil
@@ -172,7 +172,7 @@ def test_ppo_with_a_lora_policy_and_critic_trains_and_resumes(tiny_dir, tmp_path
     again = RLTrainer(resolve(raw), tmp_path / "resumed", resume=True)
     assert again.step_done == 1
     again.train()
-    again._release()
+    again.close()
     resumed = [m for m in read_metrics(tmp_path / "resumed") if "critic/value_loss" in m]
     assert [m["step"] for m in resumed] == [1, 2]
     for key in ("critic/value_loss", "train/loss", "reward/rm_mean"):

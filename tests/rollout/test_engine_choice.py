@@ -87,7 +87,8 @@ def test_an_explicit_engine_is_taken_as_asked_and_a_bad_one_is_refused(monkeypat
     monkeypatch.setattr(choice, "vllm_installed", lambda: pytest.fail("an explicit engine must not probe vLLM"))
     assert choose_engine("hf", _config()).name == "hf"
     assert choose_engine("vllm", _config()).name == "vllm"
-    with pytest.raises(ValueError, match=r"rollout.engine='tgi': expected 'auto', 'hf' or 'vllm'"):
+    assert choose_engine("server", _config()).name == "server"
+    with pytest.raises(ValueError, match=r"rollout.engine='tgi': expected 'auto', 'hf', 'vllm' or 'server'"):
         choose_engine("tgi", _config())
 
 
@@ -117,7 +118,7 @@ def test_trainer_on_auto_without_vllm_trains_on_hf_and_says_so(monkeypatch, tiny
     monkeypatch.setattr(choice, "vllm_installed", lambda: False)
     raw = tiny_recipe(*tiny, rollout={"engine": "auto"}, trainer={"steps": 1, "log_samples_every": 0})
     trainer = RLTrainer(resolve(raw), tmp_path / "run")
-    trainer._plot = lambda: None
+    monkeypatch.setattr("rlvr.trainer.run.write_plots", lambda *args, **kwargs: None)
     trainer.train()
     trainer.engine.destroy()
     printed = capsys.readouterr()

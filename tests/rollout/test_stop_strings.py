@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlvr.models.precision import cpu_native_bf16
+from rlvr.kernels.build import kernels_supported
+from rlvr.kernels.machine import cpu_native_bf16
 from rlvr.rollout.base import SamplingParams
-from rlvr.rollout.cpu.kernels import kernels_supported
 from rlvr.rollout.hf import HFRolloutEngine
 from rlvr.rollout.stop import StopStrings
 from tests.tiny import build_tiny_model, build_tokenizer

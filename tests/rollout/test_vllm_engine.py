@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from rlvr.rollout.weight_sync import HARD_EXIT_CODE, SyncWatchdog, WeightSyncTimeout, iter_full_weights
+from tests import limits
+from tests.tiny import skip_plots
 from tests.vllm_required import require_vllm
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +207,7 @@ def test_vllm_rejects_prompts_longer_than_its_context(vllm_engine):
 
 
 @pytest.mark.vllm
-def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32, tmp_path, vllm_engine):
+def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32, tmp_path, vllm_engine, no_plots):
     """GRPO end to end with ``rollout.engine: vllm``: after each update the engine serves the new weights, so the
     rollout/trainer log-prob gap stays at fp32 rounding at every step (it would be large from step 2 without sync)."""
     from rlvr.config import resolve
@@ -220,7 +222,6 @@ def test_trainer_on_vllm_rollouts_logs_the_mismatch_and_syncs_every_step(tiny32,
     trainer = RLTrainer(resolve(raw), tmp_path / "run", rollout_engine=engine)
     engine.sync_weights(trainer.model)
     syncs = engine.syncs
-    trainer._plot = lambda: None
     trainer.train()
     metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]
     assert len(metrics) == 3
@@ -238,7 +239,7 @@ def _comparable(records: list[dict]) -> list[dict]:
 
 
 @pytest.mark.vllm
-def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_path, vllm_engine):
+def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_path, vllm_engine, no_plots):
     """A run stopped after step 3 (checkpoint at step 2) and resumed reloads the checkpoint's weights into vLLM and
     draws the same samples: every metric of steps 1-4 equals the uninterrupted run's."""
     from rlvr.config import resolve
@@ -254,7 +255,6 @@ def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_pat
         trainer = RLTrainer(recipe, tmp_path / run, resume=resume, rollout_engine=engine)
         if not resume:
             engine.sync_weights(trainer.model)  # a fresh run starts vLLM from the initial weights (resume syncs itself)
-        trainer._plot = lambda: None
         return trainer
 
     straight = trainer_for("straight")
@@ -265,11 +265,11 @@ def test_resume_on_vllm_gives_the_same_metrics_as_a_straight_run(tiny32, tmp_pat
     step = crashed.step
 
     def step_then_crash_after_3():
-        metrics = step()
+        result = step()
         if crashed.step_done == 3:
-            crashed.logger.log(3, metrics)
+            crashed.logger.log(3, result.metrics)
             raise KeyboardInterrupt("killed after step 3")
-        return metrics
+        return result
 
     crashed.step = step_then_crash_after_3
     with pytest.raises(KeyboardInterrupt):
@@ -294,8 +294,8 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT"}}
     env |= {"PYTHONPATH": str(REPO), "VLLM_CPU_KVCACHE_SPACE": "1"}
-    return subprocess.run([sys.executable, "-m", "rlvr.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return limits.run([sys.executable, "-m", "rlvr.cli", *args], 600, cwd=REPO, env=env, capture_output=True,
+                      text=True)
 
 
 @pytest.fixture(scope="module")
@@ -386,7 +386,7 @@ def _rank_main(spec_file: str) -> None:
 
     spec = json.loads(Path(spec_file).read_text())
     trainer = RLTrainer(resolve(spec["recipe"]), Path(spec["run_dir"]))
-    trainer._plot = lambda: None
+    skip_plots()
     trainer.train()
     assert trainer.rollout_engine.syncs == spec["recipe"]["trainer"]["steps"]
     trainer.engine.destroy()
@@ -410,9 +410,9 @@ def test_two_ranks_each_with_a_vllm_engine_and_zero3_gathered_syncs(tiny32, tmp_
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(Path(__file__).resolve()), str(spec)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = limits.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(Path(__file__).resolve()), str(spec)], 600, cwd=REPO, env=env, capture_output=True,
+                          text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "rollout log-prob check (vllm vs trainer, step 1)" in proc.stdout
     metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]

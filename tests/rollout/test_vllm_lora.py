@@ -261,7 +261,8 @@ def test_a_refused_first_adapter_falls_back_to_merged_weights(lora_engine, tiny3
 
 
 @pytest.mark.vllm
-def test_lora_trainer_on_vllm_adapter_sync_keeps_the_logprob_check(tiny32, tmp_path, lora_engine, capsys):
+def test_lora_trainer_on_vllm_adapter_sync_keeps_the_logprob_check(tiny32, tmp_path, lora_engine, capsys,
+                                                                    no_plots):
     """GRPO with a LoRA policy on the adapter-synced engine: the first step's rollout/trainer log-prob check and every
     later step's stay at fp32 rounding, and each update loads a new adapter."""
     from rlvr.runs.metrics import read_metrics
@@ -275,7 +276,6 @@ def test_lora_trainer_on_vllm_adapter_sync_keeps_the_logprob_check(tiny32, tmp_p
     trainer = RLTrainer(resolve(raw), tmp_path / "run", rollout_engine=engine)
     engine.sync_weights(trainer.model)  # this trainer's adapters (B = 0), in place of the fixture's
     ids = engine.lora_request.lora_int_id
-    trainer._plot = lambda: None
     trainer.train()
     metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]
     assert len(metrics) == 2

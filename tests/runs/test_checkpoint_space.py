@@ -33,7 +33,7 @@ class Engine:
 
     def save_checkpoint(self, folder: str, tag: str, save_latest: bool, **_: object) -> None:
         Path(folder, tag).mkdir(parents=True)
-        Path(folder, tag, "mp_rank_00_model_states.pt").write_bytes(b"\0" * 4096)
+        torch.save({"module": torch.zeros(1000)}, Path(folder, tag, "mp_rank_00_model_states.pt"))
         if self.fail is not None:
             raise self.fail
 
@@ -118,3 +118,78 @@ def test_preflight_free_space_for_the_kept_checkpoints(tmp_path, monkeypatch):
     report = Report()
     check_disk(report, _recipe(keep=1), tmp_path / "runs/new", 10**9)
     assert [(f.level, f.check) for f in report.findings] == [("info", "disk")]
+
+
+def test_a_checkpoint_missing_or_truncating_a_file_is_named_with_the_newest_whole_one(tmp_path):
+    """manifest.json (written last) lists every file and its size; a resume checks it before anything loads."""
+    from rlvr.runs.checkpoint import CheckpointError, check_checkpoint, checkpoint_problems
+
+    run = tmp_path / "run"
+    for step in (1, 2, 3):
+        save_checkpoint(run, step, Engine(), Model(10, 10), Tokenizer(), {"step": step}, keep=3, rank=0)
+    first, second, third = (p for _, p in list_checkpoints(run))
+    assert checkpoint_problems(third) == []
+    check_checkpoint(third, run)  # whole: nothing raised
+    states = third / "deepspeed" / "state" / "mp_rank_00_model_states.pt"
+    written = states.stat().st_size
+    (third / "rng-rank0.pt").unlink()
+    with open(states, "r+b") as fh:
+        fh.truncate(100)
+    with pytest.raises(CheckpointError) as e:
+        check_checkpoint(third, run)
+    assert str(e.value) == (f"checkpoint step-3 of {run} is not whole (deepspeed/state/mp_rank_00_model_states.pt is "
+                            f"100 bytes, {written:,} when written; rng-rank0.pt is missing): resume from the newest "
+                            f"whole one with --resume-from step-2")
+    states.write_bytes(b"\0" * written)  # overwritten at the same size: the sizes agree, the archive is gone
+    assert checkpoint_problems(third) == ["deepspeed/state/mp_rank_00_model_states.pt is not a readable torch file "
+                                          "(overwritten or corrupted)", "rng-rank0.pt is missing"]
+    (second / "trainer_state.json").unlink()
+    (first / "manifest.json").unlink()  # a checkpoint written before manifests: its key files are checked
+    assert checkpoint_problems(first) == []
+    with pytest.raises(CheckpointError, match="trainer_state.json is missing\\): resume from the newest whole one "
+                                              "with --resume-from step-1$"):
+        check_checkpoint(second, run)
+    (first / "rng-rank0.pt").unlink()
+    with pytest.raises(CheckpointError, match="no other checkpoint of the run is whole: start again with --overwrite"):
+        check_checkpoint(third, run)
+
+
+def test_leftovers_of_killed_writers_are_removed_at_start(tmp_path):
+    import os
+    import subprocess
+
+    from rlvr.runtime.atomic import remove_leftovers
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid names no process now
+    run = tmp_path / "run"
+    (run / "checkpoints" / ".tmp-step-4").mkdir(parents=True)
+    (run / "samples").mkdir()
+    stale = [run / f".metrics.jsonl.tmp-{dead.pid}", run / "samples" / f".step-2.jsonl.tmp-{dead.pid}"]
+    for p in stale:
+        p.write_text("half")
+    live = run / f".summary.json.tmp-{os.getpid()}"
+    live.write_text("being written")
+    assert sorted(remove_leftovers(run)) == sorted(stale + [run / "checkpoints" / ".tmp-step-4"])
+    assert live.exists() and not any(p.exists() for p in stale)
+
+
+def test_a_checkpoint_deepspeed_cannot_read_is_one_line_naming_the_newest_whole_one(tmp_path):
+    """Damage the sizes and the archive check cannot see still ends in one line, not DeepSpeed's traceback."""
+    from rlvr.runs.checkpoint import CheckpointError, load_checkpoint
+
+    class Unreadable(Engine):
+        _config = type("Config", (), {"load_universal_checkpoint": False})()
+
+        def load_checkpoint(self, folder: str, **_: object) -> tuple[None, None]:
+            raise RuntimeError("PytorchStreamReader failed reading zip archive: failed finding central directory\n"
+                               "more detail")
+
+    run = tmp_path / "run"
+    for step in (1, 2):
+        save_checkpoint(run, step, Engine(), Model(10, 10), Tokenizer(), {"step": step}, keep=2, rank=0)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(run / "checkpoints" / "step-2", Unreadable(), rank=0)
+    assert str(e.value) == (f"checkpoint step-2 of {run} could not be loaded (RuntimeError: PytorchStreamReader "
+                            f"failed reading zip archive: failed finding central directory): resume from the newest "
+                            f"whole one with --resume-from step-1")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.runs.atomic import atomic_write_text
 from rlvr.runs.metrics import MetricsFileError, parse_metrics, read_metrics, repair_metrics
+from rlvr.runtime.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,9 +70,9 @@ def test_atomic_write_text_replaces_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_run_dir_files_are_not_rewritten_in_place():
-    """Every writer of a run-directory file goes through rlvr.runs.atomic (summary, resolved recipe, samples, plots,
+    """Every writer of a run-directory file goes through rlvr.runtime.atomic (summary, resolved recipe, samples, plots,
     metrics rewrite); appends to metrics.jsonl are the one exception, handled by the torn-line check."""
-    files = ["rlvr/trainer/driver.py", "rlvr/trainer/trainer.py", "rlvr/trainer/step_metrics.py",
+    files = ["rlvr/trainer/run.py", "rlvr/trainer/trainer.py", "rlvr/trainer/step_metrics.py",
              "rlvr/runs/metrics.py", "rlvr/runs/plots.py", "rlvr/curriculum/plot.py"]
     in_place = re.compile(r"\.write_text\(|\.write_bytes\(|\.open\(\s*\"w|(?<!\w)open\([^)]*,\s*\"w|savefig\(out_path")
     found = [f"{f}:{i}" for f in files for i, line in enumerate((ROOT / f).read_text().splitlines(), 1)

@@ -1,10 +1,11 @@
 """Output checkers and the plain-data codec: pure host-side logic, no sandbox needed."""
 import math
+import time
 
 import pytest
 
 from rlvr.sandbox.checkers import Checker, json_form, parse_checker
-from rlvr.sandbox.harness.codec import EncodeError, decode, encode
+from rlvr.sandbox.harness.codec import MAX_DEPTH, EncodeError, decode, encode, validated
 
 
 @pytest.mark.parametrize("got, expected, ok", [
@@ -51,6 +52,12 @@ def test_exact_checker_is_byte_for_byte():
     ("NO 0.5", "YES 0.5", False),
     ("nan", "0.5", False),
     ("inf", "inf", True),
+    ("1_000.5", "1000.5", False),  # Python's float() reads these; a contest checker does not
+    ("\uff11\uff12", "12", False),  # full-width digits
+    ("infinity", "inf", False),
+    ("+.5", "0.5", True),  # sign and a bare fraction are ASCII decimal notation
+    ("5.", "5", True),
+    ("1" * 400, "2.5", False),  # a double overflows to inf: a wrong number, not an error
 ])
 def test_float_checker(got, expected, ok):
     assert parse_checker("float:1e-6").same_output(got, expected)[0] is ok
@@ -83,6 +90,48 @@ def test_json_checker_compares_values():
 def test_value_comparison_for_call_tests(got, expected, ok):
     # as on the host: the value arrives encoded by the sandbox, then is put in JSON form
     assert parse_checker("json").same_value(json_form(encode(got)), expected)[0] is ok
+
+
+@pytest.mark.parametrize("checker, got, expected, ok", [
+    ("float:1e-6", 10 ** 400, 2.5, False),  # float(10 ** 400) raises OverflowError: compared exactly instead
+    ("json", 10 ** 400, 2.5, False),
+    ("float:1e-6", 2.5, 10 ** 400, False),
+    ("float:1e-6", [1, 10 ** 400], [1, 1e300], False),
+    ("json", 2 ** 53 + 1, float(2 ** 53), False),  # a double would round the int and call them equal
+    ("float:1e-6", 2 ** 53 + 1, float(2 ** 53), True),  # within the relative tolerance
+    ("float:1e-6", 3, 3.0000001, True),
+    ("float:1e-6", 10 ** 400, float("inf"), False),
+    ("float:1e-6", 10 ** 400, float("nan"), False),
+])
+def test_an_int_and_a_float_compare_exactly(checker, got, expected, ok):
+    assert parse_checker(checker).same_value(got, expected)[0] is ok
+
+
+def test_json_output_of_a_huge_integer_is_a_wrong_answer():
+    assert parse_checker("json").same_output(str(10 ** 400), "2.5")[0] is False
+    assert parse_checker("json").same_output("9" * 5000, "2.5") == (False, "output is not JSON")
+
+
+def test_a_checker_that_raises_is_that_tests_internal_error(monkeypatch):
+    """A fault of the checker is the verdict IE of that test (and the program's error), not an exception."""
+    from rlvr.sandbox import checkers
+    from rlvr.sandbox.jobs import Job
+    from rlvr.sandbox.judge import judge
+    from rlvr.sandbox.results import ExecResult, ExecStatus
+
+    job = Job("print(1)", [{"input": "", "output": "1\n"}, {"input": "", "output": "2\n"}], "stdio", "lines")
+    calls = iter([RuntimeError("boom"), None])
+
+    def flaky(self, got, expected):
+        err = next(calls)
+        if err:
+            raise err
+        return got == expected, ""
+
+    monkeypatch.setattr(checkers.Checker, "same_output", flaky)
+    result = judge(job, [ExecResult(ExecStatus.OK, stdout="1\n"), ExecResult(ExecStatus.OK, stdout="2\n")], "docker", 0.0)
+    assert result.codes == ["IE", "AC"]
+    assert result.error == "checker failed: RuntimeError: boom"
 
 
 def test_value_comparison_with_float_tolerance():
@@ -133,3 +182,47 @@ def test_codec_refuses_non_data():
     cyclic.append(cyclic)
     with pytest.raises(EncodeError, match="deeper"):
         encode(cyclic)
+
+
+def test_validated_accepts_what_encode_makes_and_returns_it_unchanged():
+    value = (1, [2.5, "x", None, True], {3: b"\x00\xff", (1, (2, b"")): frozenset({1, (3,)})}, {4, 5}, complex(1, -2))
+    encoded = encode(value)
+    assert validated(encoded) is encoded
+    nested = 0
+    for _ in range(MAX_DEPTH):
+        nested = [nested]
+    assert validated(encode(nested)) == encode(nested)
+
+
+def test_validated_takes_linear_time_on_colliding_keys():
+    colliding = [[k * (2**61 - 1), 0] for k in range(30_000)]  # all hash to 0: decode() would take seconds
+    started = time.monotonic()
+    assert validated({"~": "dict", "v": colliding})["v"][-1] == [29_999 * (2**61 - 1), 0]
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"~": "dict", "v": [[1, 2, 3]]}, "pairs"),
+    ({"~": "dict", "v": [[[1], 2]]}, "a list cannot be a dict key"),
+    ({"~": "set", "v": [{"~": "set", "v": []}]}, "a set cannot be a dict key or a set element"),
+    ({"~": "tuple", "v": [1], "x": 2}, "not an encoded value"),
+    ({"~": "object", "v": []}, "not an encoded value"),
+    ({"v": []}, "not an encoded value"),
+    ({"~": "bytes", "v": "zz"}, "hex"),
+    ({"~": "bytes", "v": [1]}, "hex string"),
+    ({"~": "complex", "v": [1.0]}, r"\[real, imag\]"),
+    ({"~": "complex", "v": [True, 0.0]}, r"\[real, imag\]"),
+    ({"~": "tuple", "v": 3}, "must be a list"),
+    ([[{"~": "frozenset", "v": [[1]]}]], "a list cannot be"),
+])
+def test_validated_refuses_what_encode_never_makes(data, message):
+    with pytest.raises(ValueError, match=message):
+        validated(data)
+
+
+def test_validated_refuses_nesting_deeper_than_encode_allows():
+    nested = 0
+    for _ in range(MAX_DEPTH + 1):
+        nested = [nested]
+    with pytest.raises(ValueError, match="deeper"):
+        validated(nested)

@@ -133,6 +133,42 @@ def test_infinite_loop_is_tle_within_limit_plus_one_second(backend):
     assert wall_s < 2.0, f"judging took {wall_s:.2f} s for a 1 s limit"
 
 
+# A program that speaks the runner's protocol itself (fd 3 requests, fd 4 answers) and answers every call with
+# 30,000 integers that all hash to 0 (k * (2 ** 61 - 1)), about 0.8 MB, under the 1 MiB answer cap. Rebuilding
+# that dict or set takes seconds of quadratic work; the value must be judged without it.
+COLLIDING = ("import json, os\n"
+             "items = [[k * (2 ** 61 - 1), 0] for k in range(30000)]\n"
+             "value = {0}\n"
+             "os.write(4, (json.dumps({{'ready': ['f']}}) + '\\n').encode())\n"
+             "for _ in os.fdopen(3, 'rb'):\n"
+             "    os.write(4, (json.dumps({{'ok': value}}) + '\\n').encode())\n")
+HONEST = "def f():\n    return {0: 0}\n"
+
+
+@pytest.mark.parametrize("kind, value", [("call", "{'~': 'dict', 'v': items}"),
+                                         ("call", "{'~': 'set', 'v': [k for k, _ in items]}"),
+                                         ("assert", "{'~': 'dict', 'v': items}")], ids=["call-dict", "call-set", "assert"])
+def test_colliding_keys_in_an_answer_are_judged_within_the_time_limit(backend, kind, value):
+    limits = Limits(time_s=1.0, output_kb=1024)
+    if kind == "call":
+        tests = {"fn_name": "f", "cases": [{"args": [], "expected": {"0": 0}}, {"args": [], "expected": {"0": 0}}]}
+    else:
+        tests = "assert f() == {0: 0}\nassert f() == {0: 0}\n"
+    jobs = [sandbox.Job(p, tests, kind, "json", limits) for p in (HONEST, COLLIDING.format(value), HONEST)]
+    sandbox.run_many(jobs[:1], backend=backend)  # warm up (a pooled container for Docker)
+    started = time.monotonic()
+    honest, attack, honest_after = sandbox.run_many(jobs, backend=backend)
+    wall_s = time.monotonic() - started
+    assert honest.codes == honest_after.codes == ["AC", "AC"]
+    if kind == "call":  # the value is judged as sent, in its JSON form: a 30,000-key dict is not {"0": 0}
+        assert attack.codes == ["WA", "WA"], [v.reason for v in attack.verdicts]
+        assert wall_s < limits.time_s + 3.0, f"judging took {wall_s:.2f} s for a 1 s limit"
+    else:  # the assert's code needs the real dict: decoding it counts against the test's time, like the run
+        assert attack.codes == ["TLE", "TLE"], [v.reason for v in attack.verdicts]
+        assert all(v.result.elapsed_s < limits.time_s + 1.0 for v in attack.verdicts)
+        assert wall_s < 2 * limits.time_s + 3.0, f"judging took {wall_s:.2f} s for two tests of 1 s"
+
+
 def test_output_flood_is_capped_as_ole(backend):
     result = run_stdio(backend, "print(7)\nwhile True:\n    print('9' * 65536)\n", ANSWER, output_kb=64)
     assert result.codes == ["OLE"]

@@ -65,6 +65,25 @@ def test_tools_config_validates_and_imports_no_torch():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 
+def test_the_tool_keys_are_declared_once_and_the_rollout_section_inherits_them():
+    from rlvr.config.schema import RolloutConfig
+
+    keys = ["tools", "max_turns", "max_tool_output_tokens", "call_format", "environment", "environment_kwargs",
+            "environment_sees_gold", "environment_reward_weight"]
+    assert list(ToolsConfig.model_fields) == keys
+    for key in keys:  # the same declaration: type, default, constraints, description
+        mine, theirs = RolloutConfig.model_fields[key], ToolsConfig.model_fields[key]
+        assert (mine.annotation, mine.default, mine.metadata, mine.description) == \
+            (theirs.annotation, theirs.default, theirs.metadata, theirs.description)
+    rollout = RolloutConfig(tools=[{"name": "python"}], max_turns=2, call_format="fenced")
+    assert rollout.tools_config() == ToolsConfig(tools=[{"name": "python"}], max_turns=2, max_tool_output_tokens=256,
+                                                 call_format="fenced", environment=None)
+    with pytest.raises(ValidationError, match="repeated: lookup"):
+        RolloutConfig(tools=[{"name": "a:lookup"}, {"name": "b:lookup"}])
+    with pytest.raises(ValidationError, match="max_tool_output_tokens"):
+        RolloutConfig(max_tool_output_tokens=7)
+
+
 def test_call_format_auto_follows_the_chat_template():
     assert choose_format("auto", "... <tool_call> ...").name == "hermes"
     assert choose_format("auto", "{{ messages }}").name == "fenced"

@@ -10,6 +10,7 @@ import torch
 
 from rlvr.data.prompts import Prompt
 from rlvr.rollout.base import Completion
+from rlvr.tools.environment import EpisodeReward
 from rlvr.trainer.batch import RolloutBatch
 
 G = 2
@@ -25,6 +26,7 @@ def _batch(b: int = 3, offset: int = 0) -> RolloutBatch:
         completions=[Completion(token_ids=[i], logprobs=[-0.5], finish_reason="stop") for i in ids],
         group_size=G, texts=[f"t{i}" for i in ids], reward_results=[f"r{i}" for i in ids],
         sampled_masks=[[i % 2] for i in ids], trajectories=[[{"turn": i}] for i in ids],
+        episode_rewards=[EpisodeReward(reward=float(i)) for i in ids],
         rewards=column.clone(), rm_scores=-column, solved=column > offset + 2, valid=column >= 0,
         input_ids=column.long().unsqueeze(1).repeat(1, 3), attention_mask=torch.ones(n, 3, dtype=torch.long),
         response_mask=column.unsqueeze(1).repeat(1, 2), rollout_logprobs=column.unsqueeze(1).repeat(1, 2),

@@ -1,4 +1,4 @@
-"""``trainer.max_cpu_seconds``: the CPU seconds of the process tree (``rlvr.runs.cpu_time``) and the run that stops on them."""
+"""``trainer.max_cpu_seconds``: the CPU seconds of the process tree (``rlvr.runtime.cpu_time``) and the run that stops on them."""
 
 import json
 import os
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-import rlvr.runs.cpu_time as cpu_time
-import rlvr.trainer.driver as driver
+import rlvr.runtime.cpu_time as cpu_time
+import rlvr.trainer.run as run
 from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
@@ -61,7 +61,7 @@ def tiny(tmp_path_factory):
 def test_cpu_budget_ends_the_run_after_the_step_that_spends_it(tiny, tmp_path, monkeypatch):
     # A clock that advances 10 CPU s per read: read once when the loop starts, then once after every step.
     reads = iter(range(1000, 10_000, 10))
-    monkeypatch.setattr(driver, "process_tree_cpu_seconds", lambda: float(next(reads)))
+    monkeypatch.setattr(run, "process_tree_cpu_seconds", lambda: float(next(reads)))
     from rlvr.trainer.trainer import RLTrainer
 
     raw = tiny_recipe(*tiny, trainer={"steps": 10, "max_cpu_seconds": 25})
@@ -76,7 +76,7 @@ def test_cpu_budget_ends_the_run_after_the_step_that_spends_it(tiny, tmp_path, m
 
 def test_without_a_budget_the_cpu_seconds_are_counted_but_do_not_stop_the_run(tiny, tmp_path, monkeypatch):
     reads = iter(range(0, 10_000, 500))
-    monkeypatch.setattr(driver, "process_tree_cpu_seconds", lambda: float(next(reads)))
+    monkeypatch.setattr(run, "process_tree_cpu_seconds", lambda: float(next(reads)))
     from rlvr.trainer.trainer import RLTrainer
 
     summary = RLTrainer(resolve(tiny_recipe(*tiny, trainer={"steps": 2})), tmp_path / "run").train()

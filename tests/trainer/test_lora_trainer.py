@@ -3,6 +3,7 @@ adapters off (no second model), the hf engine's generation copy holds the merged
 alone, and a run killed with kill -9 resumes step for step."""
 
 import json
+import os
 import signal
 import time
 
@@ -12,6 +13,7 @@ import yaml
 
 from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
+from tests import limits
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 from tests.trainer.test_trainer import _cli, _comparable
 
@@ -31,7 +33,7 @@ def _ids():
 def test_lora_run_trains_adapters_only_with_the_base_as_reference(tiny, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from rlvr.models.cpu_fused_layers import fuse_cpu_layers
+    from rlvr.kernels.cpu_fused_layers import fuse_cpu_layers
     from rlvr.trainer.trainer import RLTrainer
     from rlvr.trainer.workers import AdapterOffWorker
 
@@ -84,7 +86,19 @@ def test_lora_run_trains_adapters_only_with_the_base_as_reference(tiny, tmp_path
         torch.testing.assert_close(exported(input_ids=_ids()).logits, want, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(loaded(input_ids=_ids()).logits, want, rtol=1e-5, atol=1e-5)
     assert (tmp_path / "merged/tokenizer_config.json").is_file()
-    trainer._release()
+    # the pre-flight of `rlvr eval` on the run reads the adapter's base model's configs (an adapter has none)
+    from rlvr.models.loading import load_tokenizer
+    from rlvr.preflight.report import Report
+    from rlvr.preflight.template_checks import check_eos
+
+    report = Report()
+    check_eos(report, resolve(raw), load_tokenizer(str(ckpt / "model"), resolve(raw).model), str(ckpt / "model"))
+    assert [f for f in report.findings if f.level in ("warn", "error")] == [], report.findings
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in (tmp_path / "merged").iterdir()} == {
+        f.name: oct(0o666 & ~umask) for f in (tmp_path / "merged").iterdir()}  # no private 0600 weights
+    trainer.close()
 
 
 def test_lora_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
@@ -93,7 +107,7 @@ def test_lora_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(yaml.safe_dump(raw))
     straight = _cli(["train", str(recipe), "-o", str(tmp_path / "straight")])
-    out, _ = straight.communicate(timeout=300)
+    out, _ = limits.communicate(straight, 300)
     assert straight.returncode == 0, out
 
     victim = _cli(["train", str(recipe), "-o", str(tmp_path / "killed")])
@@ -108,7 +122,7 @@ def test_lora_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     assert (tmp_path / "killed/checkpoints/step-2").is_dir()
 
     resumed = _cli(["train", str(recipe), "-o", str(tmp_path / "killed"), "--resume"])
-    out, _ = resumed.communicate(timeout=300)
+    out, _ = limits.communicate(resumed, 300)
     assert resumed.returncode == 0, out
     assert "resumed from" in out
     a = _comparable(read_metrics(tmp_path / "straight"))
@@ -137,4 +151,4 @@ def test_lora_step_with_gradient_checkpointing_moves_the_adapters(tiny, tmp_path
     assert moved == {n for n in after if "lora_" in n}
     m = [r for r in read_metrics(tmp_path / "run") if "train/grad_norm" in r]
     assert len(m) == 2 and all(r["train/grad_norm"] > 0 for r in m)
-    trainer._release()
+    trainer.close()

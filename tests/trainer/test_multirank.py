@@ -14,11 +14,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import limits
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.multiprocess
@@ -64,6 +65,7 @@ def _run_scenario(sc: dict) -> None:
     from rlvr.config import resolve
     from rlvr.models.loading import load_tokenizer
     from rlvr.trainer.trainer import RLTrainer
+    from tests.tiny import skip_plots
 
     recipe = resolve(sc["recipe"])
     tok = load_tokenizer(recipe.model.name, recipe.model)
@@ -77,10 +79,10 @@ def _run_scenario(sc: dict) -> None:
     run_dir = Path(sc["run_dir"])
     trainer = RLTrainer(recipe, run_dir, resume=sc.get("resume", False), rollout_engine=engine,
                           allow_changed=sc.get("allow_changed", ()))
-    trainer._plot = lambda: None  # PNG plots cost ~5 s per save here and are not what this test checks
+    skip_plots()  # PNG plots cost ~5 s per save here and are not what this test checks
     idle = []  # zero-loss passes this rank ran to match another rank's extra ZeRO-3 micro-batches
-    real_idle_pass = trainer._idle_pass
-    trainer._idle_pass = lambda backward: (idle.append(backward), real_idle_pass(backward))
+    real_idle_pass = trainer.policy.idle_pass
+    trainer.policy.idle_pass = lambda backward: (idle.append(backward), real_idle_pass(backward))
     start = trainer.step_done
     trainer.train()
     (run_dir / f"idle-passes-rank{trainer.dist.rank}.json").write_text(json.dumps(len(idle)))
@@ -131,13 +133,12 @@ def _recipe(model_dir: Path, data: Path, zero_stage: int, steps: int, **extra) -
 def _torchrun(nproc: int, scenarios: list[dict], tmp: Path, name: str) -> None:
     spec = tmp / f"{name}.json"
     spec.write_text(json.dumps(scenarios))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TORCH_EXTENSIONS_DIR": os.environ["TORCH_EXTENSIONS_DIR"]}  # set by importing rlvr
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):  # set by in-process trainer tests
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            str(Path(__file__).resolve()), str(spec)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = limits.run(cmd, 300, cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
 
 
@@ -241,7 +242,7 @@ def test_zero2_with_unequal_micro_batch_counts_and_global_statistics(tmp_path):
     def recipe() -> dict:
         raw = _recipe(model_dir, data, 2, 2)
         raw["optim"]["micro_batch_tokens"] = 40
-        raw["algorithm"] = {"loss_agg": "token-mean", "ppo_epochs": 2, "advantage": {"type": "reinforce_pp"},
+        raw["algorithm"] = {"loss_agg": "token-mean", "ppo_epochs": 2, "name": "reinforce_pp",
                             "kl": {"beta": 0.05, "estimator": "k1", "placement": "reward"}}
         return raw
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from rlvr.runs.metrics import read_metrics
+from tests import limits
 from tests.tiny import build_tiny_model, build_tokenizer, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ def _train(recipe: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _finish(proc: subprocess.Popen, label: str) -> None:
-    out, _ = proc.communicate(timeout=300)
+    out, _ = limits.communicate(proc, 300)
     assert proc.returncode == 0, f"{label} failed:\n{out[-6000:]}"
 
 

@@ -71,7 +71,7 @@ class Case:
     off_policy: bool = True  # the test sets old log-probs before perturbing the policy (ratios != 1)
 
     def algorithm(self) -> dict:
-        return {"advantage": {"type": self.advantage, "std_normalize": self.std_normalize}, "loss_agg": self.loss_agg,
+        return {"name": self.advantage, "advantage": {"std_normalize": self.std_normalize}, "loss_agg": self.loss_agg,
                 "clip_low": self.clip_low, "clip_high": self.clip_high, "clip_ratio_c": self.clip_ratio_c,
                 "kl": {"beta": self.beta, "estimator": self.estimator, "placement": self.placement},
                 "entropy_coef": self.entropy_coef, "mask_truncated": self.mask_truncated,
@@ -270,7 +270,7 @@ def _prepare(case: Case, shared) -> Prepared:
     with torch.no_grad():
         for s in samples:
             s["ref"] = ref_token_logprobs(trainer.ref_model, s["prompt"], s["completion"])[0]
-            if case.off_policy or trainer._needs_old_logprobs():
+            if case.off_policy or trainer.algorithm.needs.old_logprobs:
                 s["old"] = ref_token_logprobs(trainer.model, s["prompt"], s["completion"])[0]
     if case.off_policy and batch.old_logprobs is None:  # hand the trainer the same old log-probs
         old = torch.zeros_like(batch.response_mask)

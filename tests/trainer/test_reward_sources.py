@@ -108,7 +108,7 @@ def _ppo_recipe(model_dir, data, rm_dir, critic=None, **trainer):
     return tiny_recipe(model_dir, data, trainer={"save_every": 0, "log_samples_every": 0, **trainer},
                        reward={"num_workers": 1, "source": "reward_model"},
                        reward_model={"path": str(rm_dir)}, optim={"lr": 1e-2, "micro_batch_size": 8},
-                       algorithm={"loss_agg": "token-mean", "advantage": {"type": "gae", "gamma": 1.0, "lam": 0.95},
+                       algorithm={"name": "ppo", "loss_agg": "token-mean", "advantage": {"gamma": 1.0, "lam": 0.95},
                                   "kl": {"beta": 0.01, "placement": "reward", "estimator": "k1"},
                                   "critic": {"lr": 1e-2, "value_clip": 0.2, **(critic or {})}, "ppo_epochs": 2})
 
@@ -135,7 +135,7 @@ def test_ppo_raises_a_fixed_reward_models_score(tmp_path):
     assert steps[-1]["train/sqrt_kl_from_init"] > 0  # the policy moved away from the reference
 
 
-def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
+def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path, no_plots):
     """4 PPO steps straight vs 2 steps, a checkpoint, a fresh trainer resumed from it, 2 more: the same metrics
     (the critic's weights, optimizer and schedule come back from the checkpoint's critic/ state, the running score
     normaliser from the trainer state). One critic-only warm-up step."""
@@ -150,7 +150,6 @@ def test_ppo_resumed_from_a_checkpoint_matches_the_unbroken_run(tmp_path):
         raw = _ppo_recipe(model_dir, data, tmp_path / "rm", steps=4, save_every=2,
                           critic={"reward_normalize": True, "reward_clip": 3.0, "warmup_steps": 1})
         trainer = RLTrainer(resolve(raw), run_dir, resume=resume)
-        trainer._plot = lambda: None
         if not resume:
             trainer.recipe.trainer.steps = steps  # stop early, as a killed run would, after the step-2 checkpoint
         trainer.train()

@@ -34,22 +34,23 @@ def test_train_refuses_a_folder_holding_another_run(tiny, tmp_path, capsys):
     recipe.write_text(yaml.safe_dump(tiny_recipe(*tiny)))
     assert main(["train", str(recipe), "-o", str(run)]) == 2
     err = capsys.readouterr().err
-    assert f"error: {run} is not empty (it holds metrics.jsonl, recipe.resolved.yaml): pass --resume to continue its " \
-           f"run, --overwrite to delete it and start over, or -o for another folder" in err
+    assert f"error: {run} holds a run that stopped before its first checkpoint (it holds metrics.jsonl, " \
+           f"recipe.resolved.yaml), so there is nothing to resume: pass --overwrite to start it over, or -o for " \
+           f"another folder" in err
     assert (run / "metrics.jsonl").read_text() == '{"step": 1, "reward/mean": 0.5}\n'  # neither appended to
     assert (run / "recipe.resolved.yaml").read_text() == "the other run's recipe\n"  # nor overwritten
 
 
 def test_failure_counts_per_verifier_on_the_step_line_and_a_warning_when_every_sample_failed():
     metrics = {"reward/mean": 0.5, "reward/solve_rate": 0.25, "rollout/response_length": 7.0, "time/rollout_s": 1.0,
-               "reward/samples": 16.0, "reward/verifier_failures/math": 3.0, "reward/verifier_failures/mine": 16.0,
-               "reward/verifier_failures/format": 0.0}
+               "reward/samples": 16.0, "reward/infra_failures/math": 3.0, "reward/infra_failures/mine": 16.0,
+               "reward/infra_failures/format": 0.0}
     assert TrainProgress.format_stats(metrics).endswith("failed: math=3/16,mine=16/16")
     assert failure_warnings(4, metrics, {"mine": "error: KeyError: 'solution'"}) == [
         "WARNING: verifier 'mine' failed on all 16 samples of step 4 (e.g. error: KeyError: 'solution'); the reasons "
         "are in samples/step-4.jsonl"]
-    assert TrainProgress.format_stats({**metrics, "reward/verifier_failures/math": 0.0,
-                                       "reward/verifier_failures/mine": 0.0}).endswith("1.0s/step")
+    assert TrainProgress.format_stats({**metrics, "reward/infra_failures/math": 0.0,
+                                       "reward/infra_failures/mine": 0.0}).endswith("1.0s/step")
 
 
 def test_a_training_step_counts_failed_calls_per_verifier_and_prints_its_phases(tiny, tmp_path, capsys):
@@ -63,9 +64,10 @@ def test_a_training_step_counts_failed_calls_per_verifier_and_prints_its_phases(
     trainer.engine.destroy()
     (step,) = [m for m in read_metrics(tmp_path / "run") if "reward/mean" in m]
     assert step["reward/samples"] == 16.0
-    assert step[f"reward/verifier_failures/{BROKEN}"] == 16.0
-    assert step["reward/verifier_failures/tests.tiny:digit_fraction"] == 0.0
-    assert step["reward/verifier_failures"] == 16.0
+    assert step[f"reward/infra_failures/{BROKEN}"] == 16.0
+    assert step["reward/infra_failures/tests.tiny:digit_fraction"] == 0.0
+    assert step["reward/infra_failures"] == 16.0
+    assert (step["reward/infra_failure_rate"], step["reward/left_out"]) == (1.0, 16.0)  # all left out of the loss
     err = capsys.readouterr().err
     assert f"failed: {BROKEN}=16/16" in err
     assert f"WARNING: verifier '{BROKEN}' failed on all 16 samples of step 1 (e.g. error: RuntimeError: reads a " \
@@ -103,20 +105,91 @@ def test_a_verifier_failing_on_every_sample_stops_the_run_after_max_failed_steps
     assert main(["train", str(recipe), "-o", str(run)]) == 2
     err = capsys.readouterr().err
     (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert line == (f"error: verifier '{BROKEN}' failed on every sample of steps 1-2 (trainer.max_failed_steps=2); "
-                    f"first failure: error: RuntimeError: reads a column the data does not have; the run stopped "
-                    f"without saving these steps (fix the verifier, then --resume from the last checkpoint)")
+    assert line == (f"error: '{BROKEN}' failed for the machinery on more than 50% of the samples of steps 1-2 (100% "
+                    f"on step 2; reward.max_failure_rate=0.5, trainer.max_failed_steps=2); first failure: error: "
+                    f"RuntimeError: reads a column the data does not have; the run stopped without saving these steps "
+                    f"(fix the verifier or its sandbox, then --resume from step-1)")
     assert [n for n, _ in list_checkpoints(run)] == [1]  # saved after step 1; step 2 (the last failed one) is not
     assert [m["step"] for m in read_metrics(run) if "reward/mean" in m] == [1, 2]
 
 
-def test_failure_streaks_reset_on_a_step_where_the_verifier_scored_a_sample():
+def test_failure_streaks_count_steps_above_the_failure_rate_and_reset_below_it():
     from rlvr.trainer.progress import FailureStreaks, VerifierFailedError
 
-    streaks = FailureStreaks(2)
-    failed = {"reward/samples": 4.0, "reward/verifier_failures/v": 4.0}
+    streaks = FailureStreaks(2, max_rate=0.5, resume_hint=lambda: "then start again with --overwrite")
+    failed = {"reward/samples": 4.0, "reward/infra_failure_rate": 0.75, "reward/infra_failures/v": 3.0,
+              "reward/infra_failures/w": 0.0}
     streaks.update(1, failed, {"v": "timeout"})
-    streaks.update(2, {**failed, "reward/verifier_failures/v": 3.0})
+    streaks.update(2, {**failed, "reward/infra_failure_rate": 0.5})  # not more than the rate: the streak resets
     streaks.update(3, failed, {"v": "error: x"})
-    with pytest.raises(VerifierFailedError, match="steps 3-4 .* first failure: error: x;"):
-        streaks.update(4, failed, {"v": "timeout"})
+    with pytest.raises(VerifierFailedError) as e:
+        streaks.update(4, {**failed, "reward/infra_failures/w": 1.0, "reward/infra_failure_rate": 1.0},
+                       {"v": "timeout", "w": "error: y"})
+    assert str(e.value) == (
+        "'v', 'w' failed for the machinery on more than 50% of the samples of steps 3-4 (100% on step 4; "
+        "reward.max_failure_rate=0.5, trainer.max_failed_steps=2); first failure: error: x; the run stopped without "
+        "saving these steps (fix the verifier or its sandbox, then start again with --overwrite)")
+    once = FailureStreaks(1, max_rate=0.1)
+    once.update(1, {"reward/samples": 10.0, "reward/infra_failure_rate": 0.1})  # 10% is not more than 10%
+    with pytest.raises(VerifierFailedError, match="samples of step 2 "):
+        once.update(2, {"reward/samples": 10.0, "reward/infra_failure_rate": 0.2, "reward/infra_failures/v": 2.0})
+
+
+def test_ctrl_c_is_one_line_that_says_how_to_continue(tiny, tmp_path):
+    """SIGINT in the middle of a run: no traceback, exit code 130, the step reached and the command that continues."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump(tiny_recipe(*tiny, trainer={"steps": 500, "save_every": 1})))
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", str(recipe), "-o", str(run)],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**{k: v for k, v in os.environ.items()  # in-process trainers' rendezvous
+                                    if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")},
+                                 "PYTHONPATH": os.getcwd()})
+    deadline = time.monotonic() + 280
+    while not list((run / "checkpoints").glob("step-2")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
+    assert line.startswith("interrupted at step ") and f"-o {run} --resume` continues from it" in line, line
+
+
+def test_collapse_watch_names_what_happened_once():
+    from rlvr.trainer.progress import CollapseWatch
+
+    watch = CollapseWatch(steps=3, entropy_floor=0.01)
+    flat = {"reward/zero_var_groups": 1.0, "reward/solve_rate": 1.0, "train/entropy": 0.5}
+    assert watch.update(1, flat) is None and watch.update(2, {**flat, "reward/zero_var_groups": 0.5}) is None
+    assert watch.update(3, flat) is None and watch.update(4, flat) is None
+    line = watch.update(5, flat)
+    assert line.startswith("WARNING: the run has stopped learning at step 5: every group's rewards have been equal for "
+                           "3 steps (every sample solves its prompt): the group-relative advantage is 0")
+    assert "trainer.stop_on_collapse" in line
+    assert watch.update(6, flat) is None  # said once
+    low = CollapseWatch(steps=2, entropy_floor=0.01)
+    low.update(1, {"reward/zero_var_groups": 0.25, "train/entropy": 0.004})
+    assert "entropy has been under 0.01 nats a token for 2 steps" in low.update(2, {"train/entropy": 0.002})
+    ds = CollapseWatch(steps=1, entropy_floor=0.0)  # dynamic sampling: the groups before its filter count
+    assert ds.update(1, {"rollout/zero_var_groups_before_filter": 0.5, "reward/zero_var_groups": 1.0}) is None
+
+
+def test_stop_on_collapse_ends_a_run_whose_rewards_carry_nothing(tiny, tmp_path, capsys):
+    from rlvr.trainer.trainer import RLTrainer
+
+    raw = tiny_recipe(*tiny, trainer={"steps": 20, "collapse_steps": 2, "stop_on_collapse": True},
+                      verifiers=[{"name": "random_reward", "kwargs": {"p": 1.0}}], reward={"solved_verifier": None})
+    trainer = RLTrainer(resolve(raw), tmp_path / "run")
+    summary = trainer.train()
+    assert summary["steps"] == 2 and summary["stopped_learning_at"] == 2
+    out, err = capsys.readouterr()
+    assert "the run stopped learning (trainer.stop_on_collapse): stopping after step 2" in out
+    assert "WARNING: the run has stopped learning at step 2: every group's rewards have been equal for 2 steps" in err
+    assert (tmp_path / "run" / "checkpoints" / "step-2").is_dir()

@@ -54,7 +54,7 @@ def chat_model(tmp_path_factory):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_hostile_python_calls_cost_one_turn_never_the_step(chat_model, tmp_path, backend):
+def test_hostile_python_calls_cost_one_turn_never_the_step(chat_model, tmp_path, backend, no_plots):
     from rlvr.config import load_recipe
     from rlvr.models.loading import load_tokenizer
     from rlvr.trainer.trainer import RLTrainer
@@ -71,7 +71,6 @@ def test_hostile_python_calls_cost_one_turn_never_the_step(chat_model, tmp_path,
     recipe = load_recipe(str(path))
     engine = PythonCallEngine(load_tokenizer(recipe.model.name, recipe.model), [p for p, _ in PROGRAMS])
     trainer = RLTrainer(recipe, tmp_path / "run", rollout_engine=engine)
-    trainer._plot = lambda: None  # PNG plots are not what this test checks
     start = time.monotonic()
     trainer.train()
     wall = time.monotonic() - start

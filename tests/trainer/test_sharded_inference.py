@@ -9,11 +9,12 @@ rank computes both ways and saves them in ``OUT/rank{r}.pt``, and the test compa
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests import limits
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.multiprocess
@@ -42,8 +43,8 @@ def worker_main(model_dir: str, rm_dir: str, out_dir: str) -> None:
     from rlvr.config import ModelConfig, TrainerConfig
     from rlvr.models.loading import load_causal_lm
     from rlvr.reward_model.ensemble import RewardModelEnsemble
+    from rlvr.runtime.distributed import init_distributed
     from rlvr.trainer.batch import RolloutBatch, tensorize
-    from rlvr.trainer.distributed import init_distributed
     from rlvr.trainer.reward_sources import RewardModelRewards, VerifierRewards
     from rlvr.trainer.sharded_inference import build_inference_engine, shard_ensemble
     from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
@@ -103,13 +104,12 @@ def test_sharded_reference_and_reward_model_match_whole_copies(tmp_path):
     model_dir = build_tiny_model(tmp_path / "model", init_std=0.2)
     RewardModel.from_backbone(str(build_tiny_model(tmp_path / "rm_backbone", seed=3, init_std=0.2)), seed=1) \
         .save(tmp_path / "rm", build_tokenizer())
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "TORCH_EXTENSIONS_DIR": os.environ["TORCH_EXTENSIONS_DIR"]}  # set by importing rlvr
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            str(Path(__file__).resolve()), str(model_dir), str(tmp_path / "rm"), str(tmp_path)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = limits.run(cmd, 300, cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     for rank in (0, 1):
         out = torch.load(tmp_path / f"rank{rank}.pt")

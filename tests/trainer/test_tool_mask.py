@@ -155,7 +155,7 @@ def test_ppo_puts_the_score_at_the_last_sampled_token_and_skips_the_tool_answer(
     batch.valid = torch.tensor([True])
     batch.values = torch.zeros(1, 5)
     batch.old_logprobs = batch.ref_logprobs = torch.zeros(1, 5)
-    config = AlgorithmConfig(name="ppo", advantage={"type": "gae", "gamma": 1.0, "lam": 1.0, "std_normalize": False})
+    config = AlgorithmConfig(name="ppo", advantage={"gamma": 1.0, "lam": 1.0, "std_normalize": False})
     out = GAE(config).advantages(batch, 0.0, lambda x: x)
     # gamma = lam = 1, V = 0: every sampled token's advantage and return is the score; the answer's are 0
     assert out.advantages[0].tolist()[3:] == [0.0, 0.0]

@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from rlvr.runs.metrics import read_metrics
-from tests.tiny import write_addition_dataset
+from tests import limits
+from tests.tiny import skip_plots, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL_METRICS = ("tools/calls_per_sample", "tools/error_rate", "tools/timeouts", "tools/turns_per_sample",
@@ -58,9 +59,7 @@ def run(recipe_path: Path, run_dir: Path, resume: bool = False) -> None:
 
     recipe = load_recipe(str(recipe_path))
     engine = AddToolEngine(load_tokenizer(recipe.model.name, recipe.model))
-    trainer = RLTrainer(recipe, run_dir, resume=resume, rollout_engine=engine)
-    trainer._plot = lambda: None  # PNG plots are not what these tests check
-    trainer.train()
+    RLTrainer(recipe, run_dir, resume=resume, rollout_engine=engine).train()
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +75,7 @@ def _write(raw: dict, path: Path) -> Path:
     return path
 
 
-def test_a_tool_run_logs_tool_metrics_and_turns(chat_model, tmp_path):
+def test_a_tool_run_logs_tool_metrics_and_turns(chat_model, tmp_path, no_plots):
     recipe = _write(tool_recipe(*chat_model), tmp_path / "tools.yaml")
     run(recipe, tmp_path / "run")
     metrics = [m for m in read_metrics(tmp_path / "run") if "train/loss" in m]
@@ -119,7 +118,7 @@ def _child(recipe: Path, run_dir: Path, *extra: str) -> subprocess.Popen:
 
 
 def _finish(proc: subprocess.Popen, label: str) -> None:
-    out, _ = proc.communicate(timeout=300)
+    out, _ = limits.communicate(proc, 300)
     assert proc.returncode == 0, f"{label} failed:\n{out[-6000:]}"
 
 
@@ -158,4 +157,5 @@ def test_a_tool_run_killed_with_sigkill_and_resumed_matches_the_unbroken_run(cha
 
 
 if __name__ == "__main__":
+    skip_plots()  # PNG plots are not what these tests check
     run(Path(sys.argv[1]), Path(sys.argv[2]), resume="--resume" in sys.argv[3:])

@@ -14,6 +14,7 @@ import yaml
 
 from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
+from tests import limits
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,6 +56,7 @@ def test_run_directory_contents(tiny, tmp_path):
     assert (run / "checkpoints/step-2/model/config.json").is_file()
     assert len((run / "samples/step-1.jsonl").read_text().splitlines()) == 16  # 4 prompts x 4 samples
     assert (run / "plots/curves.png").stat().st_size > 1000
+    assert not (run / "plots/curriculum.png").exists()  # plain epochs, no dynamic sampling: nothing to plot
     assert list((run / "tensorboard").glob("events.*"))
     s = json.loads((run / "summary.json").read_text())
     assert s["eval_before"]["num_prompts"] == 8 and s["eval_before"]["k"] == 2
@@ -83,14 +85,14 @@ def test_auto_precision_can_train_in_fp32_and_generate_from_a_bf16_copy(tiny, tm
 
     from rlvr.models import precision
     from rlvr.models.precision import PrecisionChoice
-    from rlvr.trainer import trainer as trainer_module
+    from rlvr.trainer import trainer_base
 
     asked = []
 
     def split(requested, device, shape=None):
         asked.append((requested, torch.device(device).type, shape))
         return PrecisionChoice("fp32", "precision auto: training fp32, generation bf16 (mocked)", "bf16")
-    monkeypatch.setattr(trainer_module, "choose_precision", split)
+    monkeypatch.setattr(trainer_base, "choose_precision", split)
     # the pre-flight memory estimate resolves auto too: on a CPU with native bf16 it would measure (mocked here)
     monkeypatch.setattr(precision, "measure_matmuls", lambda train_shape, decode_shape: (
         {"fp32": 1.0, "bf16": 2.0}, {"fp32": 2.0, "bf16": 1.0}))
@@ -117,17 +119,19 @@ def test_cpu_ranks_take_rank_0s_measured_precision(monkeypatch, rank):
 
     from rlvr.models.precision import PrecisionChoice
     from rlvr.trainer import trainer as trainer_module
+    from rlvr.trainer import trainer_base
 
     rank0 = PrecisionChoice("fp32", "rank 0's measurement", "bf16")
     measured = []
-    monkeypatch.setattr(trainer_module, "choose_precision", lambda *args: measured.append(args) or rank0)
+    monkeypatch.setattr(trainer_base, "choose_precision", lambda *args: measured.append(args) or rank0)
 
     def broadcast(box, src):
         assert src == 0 and box == ([rank0] if rank == 0 else [None])
         box[0] = rank0
     monkeypatch.setattr(torch.distributed, "broadcast_object_list", broadcast)
     fake = SimpleNamespace(recipe=SimpleNamespace(trainer=SimpleNamespace(precision="auto")), model=None,
-                           dist=SimpleNamespace(world_size=2, is_main=rank == 0, device=torch.device("cpu")))
+                           dist=SimpleNamespace(world_size=2, is_main=rank == 0, device=torch.device("cpu")),
+                           _precision_of_the_run=lambda: None)  # a new run: nothing recorded to replay
     assert trainer_module.RLTrainer._choose_precision(fake) is rank0
     assert len(measured) == (1 if rank == 0 else 0)
 
@@ -142,10 +146,10 @@ def test_zero_stage_2_with_epochs_and_mini_batches(tiny, tmp_path):
     assert m[1]["train/ratio_mean"] != pytest.approx(1.0, abs=1e-9)  # later passes are off-policy: ratio moves
 
 
-def _cli(args: list[str], **kw) -> subprocess.Popen:
+def _cli(args: list[str], extra_env: dict | None = None, **kw) -> subprocess.Popen:
     # in-process trainers of earlier tests set RANK/MASTER_PORT here; a child must pick its own port
     dist_vars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
-    env = {k: v for k, v in os.environ.items() if k not in dist_vars} | {"PYTHONPATH": str(REPO)}
+    env = {k: v for k, v in os.environ.items() if k not in dist_vars} | {"PYTHONPATH": str(REPO)} | (extra_env or {})
     return subprocess.Popen([sys.executable, "-m", "rlvr.cli", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
@@ -161,7 +165,7 @@ def test_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     recipe.write_text(yaml.safe_dump(raw))
 
     straight = _cli(["train", str(recipe), "-o", str(tmp_path / "straight")])
-    out, _ = straight.communicate(timeout=300)
+    out, _ = limits.communicate(straight, 300)
     assert straight.returncode == 0, out
 
     victim = _cli(["train", str(recipe), "-o", str(tmp_path / "killed")])
@@ -176,10 +180,55 @@ def test_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     assert (tmp_path / "killed/checkpoints/step-4").is_dir()
 
     resumed = _cli(["train", str(recipe), "-o", str(tmp_path / "killed"), "--resume"])
-    out, _ = resumed.communicate(timeout=300)
+    out, _ = limits.communicate(resumed, 300)
     assert resumed.returncode == 0, out
     assert "resumed from" in out
     a = _comparable(read_metrics(tmp_path / "straight"))
     b = _comparable(read_metrics(tmp_path / "killed"))
     assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5, 6, 6]
     assert a == b
+
+
+def test_a_cold_cache_run_equals_a_warm_cache_run(tiny, tmp_path):
+    """The first run on a machine (no kernel timings or precision measurement cached) gives the same metrics and samples
+    as the next ones: a measurement draws its inputs from its own generator, never the run's RNG, and a timed choice
+    between kernels that round differently keeps its default unless the other is clearly faster."""
+    from rlvr import cache_dir
+
+    raw = tiny_recipe(*tiny, trainer={"steps": 3}, eval={"enabled": True, "k": 2})
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    built = os.environ.get("TORCH_EXTENSIONS_DIR") or str(cache_dir() / "torch_extensions")  # kernels stay built
+    runs, logs = [], []
+    for name, cache in (("cold", "cache-a"), ("warm", "cache-a"), ("cold-again", "cache-b")):
+        proc = _cli(["train", str(recipe), "-o", str(tmp_path / name)],
+                    extra_env={"RLVR_CACHE": str(tmp_path / cache), "TORCH_EXTENSIONS_DIR": built})
+        out, _ = limits.communicate(proc, 300)
+        assert proc.returncode == 0, out
+        runs.append(tmp_path / name)
+        logs.append(out)
+    assert "measured, saved to" in logs[0] and "measured, saved to" not in logs[1] and "cached:" in logs[1]
+    metrics = [_comparable(read_metrics(run)) for run in runs]
+    assert metrics[0] == metrics[1] == metrics[2]
+    samples = [(run / "samples" / "step-3.jsonl").read_text() for run in runs]
+    assert samples[0] == samples[1] == samples[2]
+
+
+def test_a_resumed_auto_precision_run_keeps_the_precision_it_chose(tiny, tmp_path):
+    """trainer.precision auto is measured at a run's start; a resume replays that choice from the checkpoint instead of
+    measuring again (a new measurement could choose otherwise and change the run's numbers)."""
+    from rlvr.trainer.trainer import RLTrainer
+
+    ckpt = tmp_path / "run" / "checkpoints" / "step-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text(json.dumps({"step": 2, "precision": {"training": "fp32",
+                                                                                  "generation": "bf16"}}))
+    trainer = RLTrainer.__new__(RLTrainer)
+    trainer.recipe, trainer._resume_path = resolve(tiny_recipe(*tiny, trainer={"precision": "auto"})), ckpt
+    choice = trainer._precision_of_the_run()
+    assert (choice.name, choice.generation) == ("fp32", "bf16") and "as the run chose at its start (step-2)" in \
+        choice.reason
+    trainer.recipe = resolve(tiny_recipe(*tiny, trainer={"precision": "bf16"}))  # forced in the recipe: not replayed
+    assert trainer._precision_of_the_run() is None
+    trainer._resume_path = None
+    assert trainer._precision_of_the_run() is None

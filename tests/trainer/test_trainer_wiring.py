@@ -44,6 +44,9 @@ def fails_on_b(completion: str, sample: dict) -> float:
     return 0.0
 
 
+pytestmark = pytest.mark.usefixtures("no_plots")  # PNG plots are not what these tests check
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
@@ -59,7 +62,6 @@ def _trainer(tiny, tmp_path, script, **sections):
     recipe = resolve(raw)
     engine = ScriptedEngine(load_tokenizer(recipe.model.name, recipe.model), script)
     trainer = RLTrainer(recipe, tmp_path / "run", rollout_engine=engine)
-    trainer._plot = lambda: None
     return trainer, engine
 
 
@@ -67,13 +69,13 @@ DROP_VERIFIERS = [{"name": "tests.tiny:digit_fraction"}, {"name": "tests.tiny:st
                   {"name": "tests.trainer.test_trainer_wiring:fails_on_b", "weight": 0.0}]
 
 
-def test_failure_score_null_drops_the_sample_from_every_statistic(tiny, tmp_path):
-    """Fix 2. Group 0 keeps one valid sample (no baseline: zero advantage, a zero-variance group); group 1 keeps
+def test_a_failed_verifier_leaves_the_sample_out_of_every_statistic_by_default(tiny, tmp_path):
+    """A verifier that raises is a failure of the machinery, not a 0 (``reward.failure_score`` defaults to null).
+    Group 0 keeps one valid sample (no baseline: zero advantage, a zero-variance group); group 1 keeps
     three, whose mean and std alone make the advantages; the solve-rate table counts valid samples only."""
     script = [["1", "b", "b", "b"], ["1", "a", "b1", "22"]]
     trainer, _ = _trainer(tiny, tmp_path, script, verifiers=DROP_VERIFIERS,
-                          reward={"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit",
-                                  "failure_score": None},
+                          reward={"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit"},
                           rollout={"prompts_per_step": 2, "group_size": 4},
                           algorithm={"loss_agg": "token-mean",
                                      "dynamic_sampling": {"enabled": True, "max_rounds": 1}})
@@ -96,6 +98,8 @@ def test_failure_score_null_drops_the_sample_from_every_statistic(tiny, tmp_path
         assert seen == [(1, 1), (3, 2)]
         metrics = trainer._rollout_metrics(batch, timer)
         assert metrics["reward/solve_rate"] == pytest.approx(2 / 3) and metrics["reward/mean"] == pytest.approx(2 / 3)
+        assert metrics["reward/infra_failures/tests.trainer.test_trainer_wiring:fails_on_b"] == 1.0
+        assert (metrics["reward/infra_failure_rate"], metrics["reward/left_out"]) == (0.25, 1.0)
     finally:
         trainer.reward_fn.close()
         trainer.engine.destroy()
@@ -127,7 +131,7 @@ def test_step_metrics_split_the_loss_terms_clip_regions_and_forward_timers(tiny,
                           algorithm={"loss_agg": "token-mean", "ppo_epochs": 2, "clip_ratio_c": 1.5,
                                      "kl": {"beta": 0.1, "estimator": "k3"}, "entropy_coef": 0.01})
     try:
-        m = trainer.step()
+        m = trainer.step().metrics
     finally:
         trainer.reward_fn.close()
         trainer.engine.destroy()
@@ -176,10 +180,31 @@ def test_group_statistics_of_a_rank_without_prompts():
     (2, 3, None, True),       # a frozen unsharded module: its forwards are local
 ])
 def test_packed_rows_only_where_forwards_are_not_collectives(world_size, zero_stage, engine, packed):
-    from rlvr.trainer.distributed import DistInfo
+    from rlvr.runtime.distributed import DistInfo
     from rlvr.trainer.workers import MicroBatchPlan, ModelWorker
 
     worker = ModelWorker(torch.nn.Linear(1, 1), engine, dist=DistInfo(0, world_size, 0, torch.device("cpu")),
                          plan=MicroBatchPlan(8, None, zero_stage), pad_id=0, temperature=1.0, autocast_dtype=None,
                          gradient_checkpointing=False)
     assert worker.packed_rows is packed
+
+
+def test_a_random_control_run_optimises_the_coin_and_logs_the_real_verifiers_as_gold(tiny, tmp_path):
+    from rlvr.verifiers.controls import random_reward
+
+    script = [["1", "a", "12", "b2"], ["2", "a1", "22", "x"]]
+    trainer, _ = _trainer(tiny, tmp_path, script, rollout={"prompts_per_step": 2, "group_size": 4},
+                          reward={"num_workers": 1, "solved_verifier": "tests.tiny:starts_with_digit",
+                                  "control": "random"})
+    try:
+        batch, info, timer = trainer.collect()
+        coins = [random_reward(text, {"prompt": batch.prompt_of(i).text}, seed=0) for i, text in enumerate(batch.texts)]
+        assert batch.rewards.tolist() == coins and 0.0 < sum(coins) < len(coins)
+        metrics = trainer._rollout_metrics(batch, timer)
+        # the real verifiers are gold: logged, out of the optimised reward; the solve rate is still theirs
+        assert "reward/gold_tests.tiny:digit_fraction" in metrics and "reward/random_reward" in metrics
+        starts = [float(t[:1].isdigit()) for t in batch.texts]
+        assert metrics["reward/solve_rate"] == pytest.approx(sum(starts) / len(starts))
+    finally:
+        trainer.reward_fn.close()
+        trainer.engine.destroy()

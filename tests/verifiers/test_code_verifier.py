@@ -8,7 +8,7 @@ from rlvr import sandbox
 from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
 from rlvr.sandbox.backends.docker_backend import docker_problem
 from rlvr.verifiers import get_verifier
-from rlvr.verifiers.code import build_program, code_reward, code_rewards, extract_program
+from rlvr.verifiers.code import build_program, code_reward, code_rewards, code_rewards_batch, extract_program
 
 SORT_TESTS = [{"input": "3\n3 1 2\n", "output": "1 2 3\n"}, {"input": "1\n7\n", "output": "7\n"},
               {"input": "4\n2 2 1 1\n", "output": "1 1 2 2\n"}]
@@ -87,8 +87,9 @@ def test_a_cpp_problem_is_judged_as_cpp():
     sample = {"language": "cpp", "test_type": "stdio", "tests": [{"input": "3 4\n", "output": "7\n"}]}
     right = fenced("#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a+b;}\n", "cpp")
     wrong = fenced("#include <iostream>\nint main(){std::cout<<1;}\n", "c++")
-    scored = code_rewards([right, wrong, fenced("print(7)\n")], [sample] * 3)
-    if scored[0] is None:
+    try:
+        scored = code_rewards([right, wrong, fenced("print(7)\n")], [sample] * 3)
+    except sandbox.SandboxUnavailable:
         pytest.skip("this sandbox cannot run C++ here")
     assert [(s["score"], s["verdicts"]) for s in scored] == [(1.0, ["AC"]), (0.0, ["WA"]), (0.0, ["CE"])]
 
@@ -104,12 +105,32 @@ def test_bad_rows_and_modes_are_refused():
         code_reward("fn main() {}", dict(SAMPLE, language="rust"))
 
 
-def test_returns_none_when_no_sandbox_can_run(monkeypatch):
+def test_no_sandbox_is_a_machinery_failure_not_a_score(monkeypatch):
     def unavailable(*_a, **_k):
         raise sandbox.SandboxUnavailable("no backend")
 
     monkeypatch.setattr(sandbox, "run_many", unavailable)
-    assert code_reward("print(1)", SAMPLE) is None
+    with pytest.raises(sandbox.SandboxUnavailable, match="no backend"):
+        code_reward("print(1)", SAMPLE)
+    out = code_rewards_batch(["print(1)", "print(2)"], [SAMPLE, SAMPLE])
+    assert [type(x).__name__ for x in out] == ["SandboxUnavailable", "SandboxUnavailable"]
+
+
+def test_a_broken_sandbox_fails_that_program_only(monkeypatch):
+    """A program whose tests the sandbox could not finish has no score (a failure of the machinery, left out of
+    its group), while the other programs of the batch keep their verdicts."""
+    broken = sandbox.ExecResult(sandbox.ExecStatus.SANDBOX_ERROR, detail="container vanished")
+    fine = sandbox.ExecResult(sandbox.ExecStatus.OK, stdout="3\n")
+    from rlvr.sandbox.judge import judge
+
+    def run_many(jobs, backend="auto", on_done=None):
+        return [judge(jobs[0], [broken], "docker", 0.0, "container vanished"), judge(jobs[1], [fine], "docker", 0.0)]
+
+    monkeypatch.setattr(sandbox, "run_many", run_many)
+    sample = {"test_type": "stdio", "tests": [{"input": "", "output": "3\n"}]}
+    out = code_rewards_batch(["print(3)", "print(3)"], [sample, sample])
+    assert isinstance(out[0], sandbox.SandboxError) and "container vanished" in str(out[0])
+    assert out[1] == {"score": 1.0, "passed": True, "verdicts": ["AC"], "reason": "all 1 tests passed"}
 
 
 @needs_sandbox
@@ -143,3 +164,32 @@ def test_verify_code_command_prints_one_line_per_input_in_order(tmp_path, capsys
     assert out[4]["error"] == ("line 5: unknown language 'rust'; supported: python, c, cpp, java, javascript "
                                "(aliases: c++, cxx, js, node, nodejs, py, python3)")
     assert out[1]["tests"] == rows[1]["tests"]  # the input fields are kept
+
+
+@needs_sandbox
+def test_an_integer_too_large_for_a_double_is_a_wrong_answer_for_its_program_only(tmp_path, capsys):
+    """A call test expecting a float answered with 10 ** 400, and a json stdio test answered by print(10 ** 400),
+    are WA for those programs; the programs beside them in the same file and batch keep their verdicts."""
+    from rlvr.commands.verify_code import run
+
+    call = {"fn_name": "p", "cases": [{"args": [], "expected": 2.5}]}
+    rows = [
+        {"id": "ok", "solution": "def p():\n    return 2.5\n", "test_type": "call", "checker": "float:1e-6", "tests": call},
+        {"id": "huge_call", "solution": "def p():\n    return 10 ** 400\n", "test_type": "call", "checker": "float:1e-6",
+         "tests": call},
+        {"id": "huge_json", "solution": "print(10 ** 400)", "test_type": "stdio", "checker": "json",
+         "tests": [{"input": "", "output": "2.5\n"}]},
+        {"id": "exact_int", "solution": "def p():\n    return 10 ** 400\n", "test_type": "call", "checker": "json",
+         "tests": {"fn_name": "p", "cases": [{"args": [], "expected": 5}]}},
+        {"id": "sum", "solution": "print(sum(map(int, input().split())))", "test_type": "stdio",
+         "tests": [{"input": "1 2\n", "output": "3\n"}]},
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert run(argparse.Namespace(file=str(path))) == 0
+    out = {o["id"]: (o["score"], o["verdicts"]) for o in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert out == {"ok": (1.0, ["AC"]), "huge_call": (0.0, ["WA"]), "huge_json": (0.0, ["WA"]),
+                   "exact_int": (0.0, ["WA"]), "sum": (1.0, ["AC"])}
+    samples = [{"test_type": r["test_type"], "checker": r.get("checker"), "tests": r["tests"]} for r in rows]
+    scored = code_rewards_batch([fenced(r["solution"]) for r in rows], samples)
+    assert [s["verdicts"] for s in scored] == [["AC"], ["WA"], ["WA"], ["WA"], ["AC"]]

@@ -81,15 +81,15 @@ def _running(pids: list[int], wait_s: float = 5.0) -> list[int]:
         time.sleep(0.05)
 
 
-def test_close_kills_what_the_verifiers_started(tmp_path) -> None:
+def test_what_a_call_started_ends_with_the_call(tmp_path) -> None:
+    """Subprocesses never pile up over a run: each call's child and setsid'd daemon are killed when it returns."""
     pid_file = tmp_path / "pids.jsonl"
-    reward_fn = RewardFunction([VerifierSpec("test_leaves_processes")], num_workers=2)
-    results = reward_fn.score(["a", "b", "c"], [{"pid_file": str(pid_file)}] * 3)
-    assert [r.scores["test_leaves_processes"] for r in results] == [1.0, 1.0, 1.0]
-    pids = _pids(pid_file)
-    assert len(pids) == 6 and len(_running(pids, wait_s=0)) == 6  # a child and a daemon per call, running
-    reward_fn.close()
-    assert _running(pids) == []
+    with RewardFunction([VerifierSpec("test_leaves_processes")], num_workers=2) as reward_fn:
+        results = reward_fn.score(["a", "b", "c"], [{"pid_file": str(pid_file)}] * 3)
+        assert [r.scores["test_leaves_processes"] for r in results] == [1.0, 1.0, 1.0]
+        pids = _pids(pid_file)
+        assert len(pids) == 6  # a child and a daemon per call
+        assert _running(pids) == []  # gone before the pool closes
 
 
 def test_a_timed_out_call_takes_what_it_started_with_it(tmp_path) -> None:
@@ -109,3 +109,63 @@ def test_a_verifier_that_prints_100_mb_leaves_a_bounded_excerpt(capfd) -> None:
     out, err = capfd.readouterr()
     assert len(out) + len(err) < 10_000
     assert "the last line" in err and "dropped" in err
+
+
+@verifier("test_allocates")
+def allocates(completion: str, sample: dict) -> float:
+    """Allocates (and touches) ``completion`` MiB."""
+    block = bytearray(int(completion) * 1024 * 1024)
+    return float(len(block) > 0)
+
+
+def test_a_call_past_its_memory_limit_fails_alone_and_the_worker_goes_on() -> None:
+    spec = VerifierSpec("test_allocates", memory_mb=128, timeout_s=30)
+    with RewardFunction([spec], num_workers=1) as reward_fn:
+        big, small = reward_fn.score(["4096", "8"], [{}, {}])
+        assert big.scores == {"test_allocates": None}
+        assert big.failures["test_allocates"].startswith("error: MemoryError")
+        assert big.failures["test_allocates"].endswith("(memory limit: 128 MiB a call)")
+        assert small.scores == {"test_allocates": 1.0} and small.failures == {}
+        assert reward_fn.counters()["worker_restarts"] == 0  # the same worker scored the next call
+
+
+@verifier("test_reports_oom_score_adj")
+def reports_oom_score_adj(completion: str, sample: dict) -> float:
+    with open("/proc/self/oom_score_adj") as fh:
+        return float(fh.read())
+
+
+def test_workers_are_the_oom_killers_first_choice() -> None:
+    with RewardFunction([VerifierSpec("test_reports_oom_score_adj", memory_mb=None)], num_workers=1) as reward_fn:
+        (result,) = reward_fn.score(["x"], [{}])
+    assert result.scores == {"test_reports_oom_score_adj": 1000.0}
+
+
+_KILLED_PARENT = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+from rlvr.verifiers.reward import RewardFunction, VerifierSpec
+import tests.verifiers.test_verifier_processes  # registers test_leaves_processes
+reward_fn = RewardFunction([VerifierSpec("test_leaves_processes", timeout_s=300)], num_workers=1)
+reward_fn.score(["hang"], [{{"pid_file": {pid_file!r}}}])
+"""
+
+
+def test_nothing_outlives_a_trainer_killed_with_kill_9(tmp_path) -> None:
+    """The parent dies mid-call: its worker, the call's child and its setsid'd daemon all end."""
+    from pathlib import Path
+
+    pid_file = tmp_path / "pids.jsonl"
+    script = _KILLED_PARENT.format(tests=str(Path(__file__).parents[2]), pid_file=str(pid_file))
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = _pids(pid_file)
+        workers = [p.pid for p in psutil.Process(parent.pid).children()]
+        assert len(pids) == 2 and workers and _running(pids + workers, wait_s=0) == pids + workers
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _running(pids + workers, wait_s=10) == []

@@ -393,13 +393,13 @@ CASES += [
     ('$x \\neq 5$', 'The solution is $x != 5$', True),
     ('$x \\leq 5$', '$5 \\geq x$', True),
     ('$7 = 11a+c$', '$11a+c$', False),
-    ('$x = 1/3$', '$x = 5+5+1 = 1/3 \\approx 11$', True),
+    ('$x = 1/3$', '$x = 5+5+1 = 1/3 \\approx 11$', False),  # 11 = 1/3 and 1/3 ~ 11: members that disagree
     ('$11$', '$x\\approx11$', True),
-    ('$1/3$', '$x=1/3\\approx1.3$', True),
+    ('$1/3$', '$x=1/3\\approx1.3$', False),  # 1.3 is no approximation of 1/3: the chain contradicts itself
     ('$x < 1$', '$x > -1$', False),
     ('$1 = \\zzz = x = 0$', '$0$', True),
     ('$a^2 + b = 0$', '$0$', False),
-    ('$z = 1 + 1 = 2$', '$z = 3+3 = 2$', True),
+    ('$z = 1 + 1 = 2$', '$z = 3+3 = 2$', False),  # 3 + 3 is not 2
     ('$189$', 'So area is 189.\n\n**Final Answer**\n\\boxed{189}\n</think>\n\nThus, the area of the trapezoid is \\(\\boxed{189}\\) square centimeters.', True),
     ('$\\frac{1}{12}$', '$0.0833333333333333$', True),
     ('$(a+5)(b+2)$', '$(+5)(b+2)$', False),

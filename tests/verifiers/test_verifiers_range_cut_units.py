@@ -83,6 +83,16 @@ def test_invisible_characters_are_no_content(case: dict) -> None:
     assert r1_format(case["completion"], {})["score"] == float(case["expected_reward"]), case["note"]
 
 
+def test_invisible_characters_count_as_nothing_before_the_think_block_when_it_is_prefilled_too() -> None:
+    from rlvr.verifiers.format_tags import check_r1_format
+
+    # the template opened <think>; a byte-order mark before the reasoning (or before a repeated tag) is nothing
+    assert check_r1_format("\ufeff2 + 2 = 4</think><answer>4</answer>", prefilled_think=True).ok
+    assert check_r1_format("\ufeff<think>2 + 2 = 4</think><answer>4</answer>", prefilled_think=True).ok
+    assert check_r1_format("\ufeff<think>2 + 2 = 4</think><answer>4</answer>").ok
+    assert check_r1_format("\ufeffI think<think>2 + 2 = 4</think><answer>4</answer>").reason == "text before <think>"
+
+
 def test_is_blank() -> None:
     assert is_blank("\u200b \u2060\ufeff\u00ad\n\t\u3000\u3164")
     assert not is_blank("\u200b7")
@@ -138,8 +148,8 @@ def _run_cli(argv: list[str]) -> int:
 
 
 def test_rlvr_verify_math_on_the_whole_labelled_set_accepts_no_wrong_answer(tmp_path, capsys) -> None:
-    rows = [row for name in ("math_cases.jsonl", "math_cases_structured.jsonl", "math_cases_range_cut_units.jsonl")
-            for row in _read(name)]
+    rows = [row for path in sorted(DATA.glob("math_cases*.jsonl")) for row in _read(path.name)]
+    assert len(rows) > 400
     path = tmp_path / "all.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     assert _run_cli(["verify", "math", "--file", str(path), "--workers", "2", "--timeout", "30"]) == 0
