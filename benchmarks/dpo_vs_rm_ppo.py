@@ -21,17 +21,16 @@ does. Writes OUT/dpo_vs_rm_ppo.json, benchmarks/results/dpo_vs_rm_ppo.md and doc
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from rm_ppo_chain import FULL, cpu_description, ppo_argv, run_stage  # noqa: E402
+from machine import study_header  # noqa: E402
+from rm_ppo_chain import FULL, ppo_argv, run_stage  # noqa: E402
 
 BASE = "embedded:smollm2-135m-instruct"
 
@@ -127,14 +126,7 @@ def main() -> int:
     args = ap.parse_args()
     out, t = args.out.resolve(), args.threads
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    data: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                            "commit": commit + ("+changes" if dirty else ""), "cpu": cpu_description(), "threads": t,
-                            "command": "python benchmarks/dpo_vs_rm_ppo.py " + " ".join(sys.argv[1:]),
-                            "stages": [], "policies": {}}
+    data: dict[str, Any] = study_header("dpo_vs_rm_ppo.py", sys.argv[1:], threads=t, stages=[], policies={})
     stages: list[dict[str, Any]] = data["stages"]
 
     def record(stage: dict[str, Any]) -> dict[str, Any]:

@@ -3,10 +3,14 @@ bf16 speed), the commit measured and the date."""
 
 from __future__ import annotations
 
+import datetime
+import os
 import platform
+import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,6 +28,15 @@ def cpu_name() -> str:
     return f"{model} ({', '.join(extras)})"
 
 
+def cpu_description() -> dict[str, Any]:
+    """The CPU's model name, its bf16-relevant flags and the core count (every timing is quoted with it)."""
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = set(re.search(r"^flags\s*:\s*(.+)$", text, re.M).group(1).split()) if "flags" in text else set()
+    return {"model": name.group(1).strip() if name else "unknown", "cores": os.cpu_count(),
+            "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})}
+
+
 def commit() -> str:
     """The short hash of the checkout's HEAD (``+changes`` when the work tree differs from it)."""
     try:
@@ -39,3 +52,12 @@ def commit() -> str:
 def stamp() -> str:
     """``"2026-12-02, commit abc1234, <cpu>"``: the line that goes with a measurement."""
     return f"{time.strftime('%Y-%m-%d')}, commit {commit()}, {cpu_name()}"
+
+
+def study_header(script: str, argv: list[str], **fields: Any) -> dict[str, Any]:
+    """The opening fields of a study's json: when (UTC, to the minute), the commit (:func:`commit`), the CPU
+    (:func:`cpu_description`), the command as typed (``python benchmarks/<script> <argv>``) and the 1-minute
+    load at the start, then ``fields``."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit(),
+            "cpu": cpu_description(), "command": " ".join(["python", f"benchmarks/{script}", *argv]),
+            "load_1m_at_start": os.getloadavg()[0], **fields}

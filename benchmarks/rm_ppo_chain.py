@@ -42,6 +42,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from machine import cpu_description  # noqa: E402
 from rm_ppo_report import curve_summary, plot_gold_vs_proxy, read_curve, stage_medians, step_time_table  # noqa: E402
 
 
@@ -63,15 +64,6 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(pair_prompts=12, pair_group_size=4, rm_overrides=["train.prompts_per_step=4", "train.eval_every=0"],
               ppo_steps=3, prompts_per_step=2, group_size=4, timing_steps=3)
-
-
-def cpu_description() -> dict[str, Any]:
-    """The CPU's model name, its bf16-relevant flags and the core count (every timing is quoted with it)."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    name = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = set(re.search(r"^flags\s*:\s*(.+)$", text, re.M).group(1).split()) if "flags" in text else set()
-    return {"model": name.group(1).strip() if name else "unknown", "cores": os.cpu_count(),
-            "flags": sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})}
 
 
 class LoadSampler:

@@ -19,18 +19,16 @@ OUT/server_rollouts.json and benchmarks/results/server_rollouts.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from rm_ppo_chain import cpu_description, run_stage  # noqa: E402
+from machine import study_header  # noqa: E402
+from rm_ppo_chain import run_stage  # noqa: E402
 from sft_cold_start import fmt, summary  # noqa: E402
 
 
@@ -126,16 +124,9 @@ def main() -> int:
         data = json.loads(args.from_json.read_text())
     else:
         (args.out / "logs").mkdir(parents=True, exist_ok=True)
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        data = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                "commit": commit + ("+changes" if dirty else ""), "cpu": cpu_description(),
-                "threads": args.threads, "trainer_threads": args.trainer_threads,
-                "server_threads": args.server_threads, "overrides": args.set,
-                "command": "python benchmarks/server_rollouts.py " + " ".join(sys.argv[1:]),
-                "load_1m_at_start": os.getloadavg()[0], "runs": []}
+        data = study_header("server_rollouts.py", sys.argv[1:], threads=args.threads,
+                            trainer_threads=args.trainer_threads, server_threads=args.server_threads,
+                            overrides=args.set, runs=[])
         arms = ([] if args.no_in_process else ["in-process"]) + [f"server-K{k}" for k in args.ks]
         for seed in args.seeds:  # seeds outermost: a cut run still has every arm of its first seeds
             for arm in arms:

@@ -23,19 +23,17 @@ SFT arm's "before" is the SFT model's. Writes OUT/cold_start.json, benchmarks/re
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from rm_ppo_chain import cpu_description, run_stage  # noqa: E402
+from machine import study_header  # noqa: E402
+from rm_ppo_chain import run_stage  # noqa: E402
 
 
 def summary(run_dir: Path) -> dict[str, Any]:
@@ -190,15 +188,8 @@ def main() -> int:
     else:
         args.out.mkdir(parents=True, exist_ok=True)
         done: list[dict[str, Any]] = []
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        data = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                "commit": commit + ("+changes" if dirty else ""), "cpu": cpu_description(),
-                "threads": args.threads, "budget": args.budget, "overrides": args.set,
-                "command": "python benchmarks/sft_cold_start.py " + " ".join(sys.argv[1:]),
-                "load_1m_at_start": os.getloadavg()[0], "seeds": done}
+        data = study_header("sft_cold_start.py", sys.argv[1:], threads=args.threads, budget=args.budget,
+                            overrides=args.set, seeds=done)
         for seed in args.seeds:
             done.append(run_seed(seed, args.out, args.budget, args.threads, args.set))
             data["total_wall_s"] = sum(s[k]["wall_s"] for s in done for k in ("sft", "grpo_from_sft", "grpo_base"))
