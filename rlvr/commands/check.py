@@ -207,7 +207,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     device = parse_device_memory(args.gpu_memory) if args.gpu_memory else None
     failed = False
     for path in args.recipes:
-        options = CheckOptions(ranks=args.ranks, device=device, gold_rows=args.gold_rows)
+        options = CheckOptions(ranks=args.ranks, device=device, gold_rows=args.gold_rows, probe_servers=True)
         report, recipe, prompt = check_recipe_file(path, args.set, options)
         print(f"== {path}")
         print(report.render())

@@ -20,6 +20,7 @@ from rlvr.preflight.memory import estimate_memory, held_models, judge_memory, tr
 from rlvr.preflight.model_shape import model_shape
 from rlvr.preflight.report import Report
 from rlvr.preflight.sandbox_check import check_sandbox
+from rlvr.preflight.server_check import check_servers
 from rlvr.preflight.template_checks import check_eos, check_prefill
 from rlvr.verifiers.reward import RewardFunction, VerifierSpec
 
@@ -38,6 +39,9 @@ class CheckOptions:
     command: str = "train"
     run_dir: Path | None = None
     """Where the run writes its checkpoints (for the free-space check); default ``runs/``."""
+    probe_servers: bool = False
+    """Call the rollout servers of ``rollout.servers.urls`` (``rlvr check``; a run's engine checks them as it
+    connects)."""
 
     def world(self) -> int:
         return self.ranks or int(os.environ.get("WORLD_SIZE", "1"))
@@ -60,6 +64,7 @@ def run_checks(recipe: Recipe, specs: list[VerifierSpec], options: CheckOptions,
         _guarded(report, "gold", check_gold, report, recipe, prompt_set.train, specs, reward_fn, numbers,
                  options.gold_rows)
     _guarded(report, "sandbox", check_sandbox, report, specs, recipe, rows)
+    _guarded(report, "servers", check_servers, report, recipe, options.probe_servers)
     check_attention(report, recipe)
     check_cores(report, recipe)
     if options.training:

@@ -276,6 +276,40 @@ def block_activation_bytes_per_token(shape: ModelShape, act_bytes: int) -> int:
     return fp32_norms + compute
 
 
+VLLM_DEFAULT_GPU_SHARE = 0.9
+"""vLLM's ``--gpu-memory-utilization`` where a launched server's ``extra_args`` do not set it."""
+
+
+def _launched_server_parts(r: Recipe, policy: ModelShape, device: DeviceMemory) -> list[Part]:
+    """What the servers of ``rollout.servers.launch`` take of this rank's device: on a CPU machine each holds the bf16
+    weights and ``rlvr serve``'s KV cache in the host's RAM; on a GPU machine those on the trainer's GPU take vLLM's
+    share of it (servers on other GPUs and servers given by URL take nothing here)."""
+    launch = r.rollout.servers.launch
+    if launch.count == 0:
+        return []
+    knob = "rollout.servers.launch (devices, count), or servers elsewhere (rollout.servers.urls)"
+    if device.kind != "gpu":
+        from rlvr.serving.vllm_server import DEFAULT_CPU_KV_CACHE_GIB as kv
+
+        return [Part(f"{launch.count} rollout server(s) here (bf16 weights + {kv} GiB KV cache each)",
+                     launch.count * (2 * policy.params + kv * GIB), "resident", knob)]
+    from rlvr.rollout.server_launch import on_trainer_gpu
+
+    shared = sum(on_trainer_gpu(launch.devices, launch.count)[1])
+    if not shared:
+        return []
+    args, share = list(launch.extra_args), VLLM_DEFAULT_GPU_SHARE
+    for i, arg in enumerate(args):
+        if arg.startswith("--gpu-memory-utilization"):
+            try:
+                share = float(arg.split("=", 1)[1] if "=" in arg else args[i + 1])
+            except (ValueError, IndexError):
+                pass  # vLLM refuses the argument itself, naming it
+    return [Part(f"{shared} rollout server(s) on the trainer's GPU ({share:.2f} of it each: vLLM's "
+                 f"--gpu-memory-utilization)", shared * share * device.bytes, "resident",
+                 "rollout.servers.launch.extra_args: ['--gpu-memory-utilization', '0.3'], or other GPUs (devices)")]
+
+
 def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: DeviceMemory, *, ranks: int,
                     max_prompt_tokens: int | None) -> MemoryEstimate:
     """Bytes per rank of ``recipe`` on ``device`` with ``ranks`` data-parallel ranks.
@@ -379,6 +413,8 @@ def estimate_memory(recipe: Recipe, shapes: dict[str, ModelShape], device: Devic
                           "rollout.vllm_gpu_memory_utilization, or rollout.vllm_sleep_mode: true"))
         if gpu:
             kv_tokens = int(max(0.0, share - 2 * policy.params - 0.5 * GIB) // policy.kv_bytes_per_token)
+    elif engine == "server":
+        parts += _launched_server_parts(r, policy, device)
     elif engine == "hf":
         seqs = min(r.rollout.generation_batch_size, r.rollout.prompts_per_step * r.rollout.group_size)
         # a bf16 generation copy of the fp32 weights; on a CPU with native bf16 its linear layers also hold

@@ -244,6 +244,15 @@ def server_dtype(precision: str) -> str:
     return {"auto": "auto", "fp32": "float32", "bf16": "bfloat16"}[precision]
 
 
+def on_trainer_gpu(devices: list[str] | None, count: int) -> tuple[str, list[bool]]:
+    """The trainer's GPU id (``LOCAL_RANK`` through ``CUDA_VISIBLE_DEVICES``) and, per launched server, whether it
+    runs on that GPU (a server without ``devices`` takes GPU 0)."""
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    mine = visible[local] if local < len(visible) else str(local)
+    return mine, [mine in (d or "0").split(",") for d in (devices or [None] * count)]
+
+
 def launch_transfer(requested: str, devices: list[str] | None, count: int) -> str:
     """The weight transfer the servers rlvr starts run: ``requested``, or for ``auto`` ``file`` without a GPU, ``ipc``
     when every server is on the trainer's GPU, ``nccl`` when none is.
@@ -257,10 +266,7 @@ def launch_transfer(requested: str, devices: list[str] | None, count: int) -> st
 
     if not torch.cuda.is_available():
         return "file"
-    local = int(os.environ.get("LOCAL_RANK", 0))
-    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    mine = visible[local] if local < len(visible) else str(local)
-    shared = [mine in (d or "0").split(",") for d in (devices or [None] * count)]
+    mine, shared = on_trainer_gpu(devices, count)
     if all(shared):
         return "ipc"
     if not any(shared):

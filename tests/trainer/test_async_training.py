@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from rlvr.runs.metrics import read_metrics
-from tests import limits
+from tests.kill_resume import assert_resume_equals_straight, kill_once_logged
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 from tests.trainer.async_worker import run
 from tests.trainer.slow_engine import SlowScriptedEngine
@@ -215,26 +214,14 @@ def test_a_killed_k_1_run_resumes_with_the_in_flight_batches_drawn_again(tiny, t
     run(recipe, tmp_path / "straight")  # the unbroken run, in this process
 
     victim = _worker(recipe, tmp_path / "killed")
-    metrics = tmp_path / "killed/metrics.jsonl"
-    deadline = time.time() + limits.limit(300)
-    while time.time() < deadline:
-        if metrics.exists() and any(json.loads(line)["step"] == 5 for line in metrics.read_text().splitlines()):
-            break
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_once_logged(victim, tmp_path / "killed", 5)
     assert (tmp_path / "killed/checkpoints/step-4").is_dir()
     saved = json.loads((tmp_path / "killed/checkpoints/step-4/trainer_state.json").read_text())
     assert saved["curriculum"]["sampler"]["position"] == 4 * 4  # 4 batches of 4 prompts, not the in-flight ones
 
     resumed = _worker(recipe, tmp_path / "killed", "--resume")
-    out, _ = limits.communicate(resumed, 300)
-    assert resumed.returncode == 0, out
-    assert "resumed from" in out
-    a = _comparable(read_metrics(tmp_path / "straight"))
-    b = _comparable(read_metrics(tmp_path / "killed"))
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5, 6, 6]
-    assert a == b
+    assert_resume_equals_straight(resumed, tmp_path / "straight", tmp_path / "killed", _comparable,
+                                  [0, 1, 2, 3, 4, 5, 6, 6])
     for step in (5, 6):
         assert (tmp_path / "straight/samples" / f"step-{step}.jsonl").read_text() == \
             (tmp_path / "killed/samples" / f"step-{step}.jsonl").read_text()

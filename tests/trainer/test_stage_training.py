@@ -3,8 +3,6 @@ kept whole in micro-batches, the stored reference log-probs, exact resume after 
 SFT run by naming its folder (full fine-tuning and LoRA)."""
 
 import json
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from rlvr.config import load_stage_recipe, resolve
 from rlvr.runs.metrics import read_metrics
 from rlvr.trainer.micro_batches import plan_micro_batches
 from tests import limits
+from tests.kill_resume import assert_resume_equals_straight, kill_once_logged
 from tests.tiny import build_tiny_chat_model
 from tests.trainer.test_trainer import _cli, _comparable
 
@@ -182,22 +181,10 @@ def test_resume_after_kill_9_gives_the_same_metrics(chat, tmp_path, kind):
     assert straight.returncode == 0, out
 
     victim = _cli([kind, str(path), "-o", str(tmp_path / "killed")])
-    metrics = tmp_path / "killed/metrics.jsonl"
-    deadline = time.time() + limits.limit(300)
-    while time.time() < deadline:  # kill -9 once step 5 is logged (checkpoint step-4 exists, step 5 is lost)
-        if metrics.exists() and any(json.loads(line)["step"] == 5 for line in metrics.read_text().splitlines()):
-            break
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_once_logged(victim, tmp_path / "killed", 5)  # checkpoint step-4 exists, step 5 is lost
     assert (tmp_path / "killed/checkpoints/step-4").is_dir()
     assert not (tmp_path / "killed/summary.json").exists()
 
     resumed = _cli([kind, str(path), "-o", str(tmp_path / "killed"), "--resume"])
-    out, _ = limits.communicate(resumed, 300)
-    assert resumed.returncode == 0, out
-    assert "resumed from" in out
-    a = _comparable(read_metrics(tmp_path / "straight"))
-    b = _comparable(read_metrics(tmp_path / "killed"))
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5, 6, 6]
-    assert a == b
+    assert_resume_equals_straight(resumed, tmp_path / "straight", tmp_path / "killed", _comparable,
+                                  [0, 1, 2, 3, 4, 5, 6, 6])

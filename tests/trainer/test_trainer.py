@@ -3,10 +3,8 @@ run directory's contents."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ import yaml
 from rlvr.config import resolve
 from rlvr.runs.metrics import read_metrics
 from tests import limits
+from tests.kill_resume import assert_resume_equals_straight, kill_once_logged
 from tests.tiny import build_tiny_model, tiny_recipe, write_addition_dataset
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,24 +168,12 @@ def test_resume_after_kill_9_gives_the_same_metrics(tiny, tmp_path):
     assert straight.returncode == 0, out
 
     victim = _cli(["train", str(recipe), "-o", str(tmp_path / "killed")])
-    metrics = tmp_path / "killed/metrics.jsonl"
-    deadline = time.time() + 300
-    while time.time() < deadline:  # kill -9 once step 5 is logged (checkpoint step-4 exists, step 5 is lost)
-        if metrics.exists() and any(json.loads(line)["step"] == 5 for line in metrics.read_text().splitlines()):
-            break
-        time.sleep(0.05)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
+    kill_once_logged(victim, tmp_path / "killed", 5)  # checkpoint step-4 exists, step 5 is lost
     assert (tmp_path / "killed/checkpoints/step-4").is_dir()
 
     resumed = _cli(["train", str(recipe), "-o", str(tmp_path / "killed"), "--resume"])
-    out, _ = limits.communicate(resumed, 300)
-    assert resumed.returncode == 0, out
-    assert "resumed from" in out
-    a = _comparable(read_metrics(tmp_path / "straight"))
-    b = _comparable(read_metrics(tmp_path / "killed"))
-    assert [r["step"] for r in b] == [0, 1, 2, 3, 4, 5, 6, 6]
-    assert a == b
+    assert_resume_equals_straight(resumed, tmp_path / "straight", tmp_path / "killed", _comparable,
+                                  [0, 1, 2, 3, 4, 5, 6, 6])
 
 
 def test_a_cold_cache_run_equals_a_warm_cache_run(tiny, tmp_path):
