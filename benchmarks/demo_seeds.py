@@ -3,6 +3,8 @@ trained on rewards that say nothing about correctness (arXiv 2506.10947)?
 
     python benchmarks/demo_seeds.py                                # 10 seeds of recipes/demo.yaml, then the control
     python benchmarks/demo_seeds.py --seeds 0 1 2 --arms demo      # a few seeds, no control
+    python benchmarks/demo_seeds.py --seeds 5 6 7 8 9 --out runs/demo_seeds_b --control-seeds 0 &  # a second stream
+    python benchmarks/demo_seeds.py --from-json runs/demo_seeds/demo_seeds.json runs/demo_seeds_b/demo_seeds.json
 
 Each run is ``rlvr train recipes/demo.yaml --set seed=S`` in its own process, as a user types it (the control adds
 ``--set reward.control=random``: the demo's verifiers stay as the gold that scores the evaluations). Per run: the
@@ -60,7 +62,7 @@ def report(data: dict[str, Any]) -> str:
         "# The CPU demo over seeds, beside its random-reward control", "",
         f"Measured {data['date']}, commit {data['commit']}, {data['cpu']['model']} "
         f"({', '.join(data['cpu']['flags'])}), {data['cpu']['cores']} cores, {data['threads']} torch thread(s) a run. "
-        f"Command: `{data['command']}`.", "",
+        f"Command(s), side by side: `{data['command']}`.", "",
         "Held-out pass@1 of `recipes/demo.yaml` (128 prompts x 4 samples at temperature 1) before and after its 30 "
         "steps; lift = (after - before) / s.e., the s.e. of both evaluations combined. A seed learns when its lift "
         "exceeds 3. The random arm trains on `reward.control: random` (1 with probability 0.5, whatever the answer) and "
@@ -91,11 +93,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "demo_seeds")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override for every run")
     ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "demo_seeds.md")
-    ap.add_argument("--from-json", type=Path, default=None, help="only rewrite the report from this json")
+    ap.add_argument("--from-json", type=Path, nargs="+", default=None,
+                    help="only rewrite the report from these jsons (several: the runs of studies run side by side)")
     args = ap.parse_args()
 
     if args.from_json is not None:
-        data = json.loads(args.from_json.read_text())
+        parts = [json.loads(path.read_text()) for path in args.from_json]
+        data = {**parts[0], "runs": sorted((r for d in parts for r in d["runs"]), key=lambda r: (r["arm"], r["seed"])),
+                "command": "; ".join(d["command"] for d in parts)}
     else:
         (args.out / "logs").mkdir(parents=True, exist_ok=True)
         data = study_header("demo_seeds.py", sys.argv[1:], threads=args.threads, runs=[])
