@@ -12,6 +12,8 @@
 #   4. benchmarks/bench_rollout.py: vllm vs hf tokens/s on the embedded SmolLM2-135M (no model hub needed)
 #   5. a 3-step GRPO run of recipes/demo.yaml on vLLM with ZeRO-3, reporting the rollout/trainer log-prob gap and the
 #      peak GPU memory while training and while vLLM sleeps
+#   6. rollouts from vLLM servers: a server on the trainer's GPU (ipc, K = 0) and, with 2+ GPUs, one on GPU 1 (nccl,
+#      K = 1): sync time, wait and staleness per step
 # Nothing here needs the model hub; the Qwen2.5-Math recipes are only validated (`rlvr config check`).
 set -uo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -96,6 +98,37 @@ trainer.engine.destroy()
 EOF
 step 06-grpo-vllm-zero3 900 env PYTHONPATH="$REPO" "$PY" "$OUT_DIR/gpu_demo_probe.py" "$OUT_DIR"
 step 07-recipes 120 bash -c "for f in recipes/r1_zero_qwen2.5_math_1.5b.yaml recipes/r1_zero_qwen2.5_math_7b.yaml recipes/dapo_qwen2.5_math_7b.yaml recipes/dr_grpo_qwen2.5_math_1.5b.yaml; do $PY -m rlvr.cli config check \$f; done"
+
+# 6. rollouts from vLLM servers -----------------------------------------------------------------------------------------
+# One server that rlvr starts on the trainer's GPU (weight transfer ipc), synchronous (K = 0); with 2+ GPUs, one on GPU 1
+# (nccl) with K = 1. Each: 4 steps of recipes/demo.yaml; the summary's last lines give per step the sync time
+# (time/sync_s), the trainer's wait for its batch (time/rollout_wait_s) and the staleness (mean, max, dropped).
+cat > "$OUT_DIR/server_probe.py" <<'EOF'
+"""4 GRPO steps of recipes/demo.yaml with rollout.engine=server; one JSON line per step of sync time and staleness."""
+import json, sys
+from pathlib import Path
+from rlvr.config import load_recipe
+from rlvr.trainer.trainer import RLTrainer
+
+out, device, k = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+recipe = load_recipe("recipes/demo.yaml", [
+    "rollout.engine=server", "trainer.steps=4", "trainer.save_every=0", "eval.enabled=false",
+    f"rollout.max_off_policy_steps={k}", "rollout.vllm_max_model_len=1024",
+    f"rollout.servers.launch={{count: 1, devices: ['{device}'], extra_args: ['--gpu-memory-utilization', '0.3']}}"])
+RLTrainer(recipe, out).train()
+keys = ("time/sync_s", "time/rollout_wait_s", "time/rollout_s", "time/update_s", "rollout/staleness_mean",
+        "rollout/staleness_max", "rollout/stale_samples_dropped", "train/rollout_logprob_diff_mean", "reward/mean")
+for line in (out / "metrics.jsonl").read_text().splitlines():
+    m = json.loads(line)
+    if "train/loss" in m:
+        print(json.dumps({"step": m["step"], **{key: m[key] for key in keys if key in m}}), flush=True)
+EOF
+step 08-server-ipc-k0 900 env PYTHONPATH="$REPO" "$PY" "$OUT_DIR/server_probe.py" "$OUT_DIR/server_ipc_k0" 0 0
+if [ "$NGPU" -ge 2 ]; then
+  step 09-server-nccl-k1 900 env PYTHONPATH="$REPO" "$PY" "$OUT_DIR/server_probe.py" "$OUT_DIR/server_nccl_k1" 1 1
+else
+  echo "== 09-server-nccl-k1: skipped ($NGPU GPU)" | tee -a "$SUMMARY"
+fi
 
 echo "done: $SUMMARY"
 cat "$SUMMARY"
