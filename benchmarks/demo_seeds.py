@@ -100,7 +100,8 @@ def main() -> int:
     if args.from_json is not None:
         parts = [json.loads(path.read_text()) for path in args.from_json]
         data = {**parts[0], "runs": sorted((r for d in parts for r in d["runs"]), key=lambda r: (r["arm"], r["seed"])),
-                "command": "; ".join(d["command"] for d in parts)}
+                "command": "; ".join(d["command"] for d in parts),
+                "commit": ", ".join(dict.fromkeys(d["commit"] for d in parts))}
     else:
         (args.out / "logs").mkdir(parents=True, exist_ok=True)
         data = study_header("demo_seeds.py", sys.argv[1:], threads=args.threads, runs=[])
