@@ -8,6 +8,18 @@ MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct (embedded, Llama, 30 layers, v
                 "tiny": "tiny random Qwen2-shaped model (hidden 64, 2 layers, SmolLM2's tokenizer: vocab 49,152)"}
 
 
+
+TRL_VLLM_NOTE = (
+    '- TRL with its vLLM generation (`use_vllm=True`, `vllm_mode="colocate"`) on vLLM\'s CPU backend: with TRL 1.16.0 '
+    "and vLLM 0.32.0 the trainer and vLLM load (2026-12-06, AMD EPYC), but TRL's first weight sync "
+    "(`model_runner.model.load_weights`) fails with `AttributeError: 'Parameter' object has no attribute "
+    "'weight_loader'`: the CPU backend processes its weights after loading, which drops their loaders. With that one "
+    'method replaced by vLLM\'s `reload_weights` RPC (`llm.collective_rpc("reload_weights", '
+    'kwargs={"weights_iterator": ...})`, the call rlvr\'s `vllm` engine syncs with) TRL ran 2 GRPO steps; it is not '
+    'yet an arm of this benchmark.')
+"""Why TRL with vLLM generation is not an arm yet (what it takes to run it on a CPU)."""
+
+
 def _s(x: float) -> str:
     return f"{x:.2f}" if x < 10 else f"{x:.1f}"
 
@@ -660,7 +672,8 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
     lines += ["## Not measured here", "",
               "- Learning per unit of compute is `bench_learning_vs_trl.py`'s measurement: its section (below, when it "
               "has run) is carried over unchanged when this file is rewritten.",
-              "- Step time with the `vllm` engine (`benchmarks/results/rollout.md` has its rollout throughput).", ""]
+              "- Step time with the `vllm` engine (`benchmarks/results/rollout.md` has its rollout throughput).",
+              TRL_VLLM_NOTE, ""]
     vr = summaries[next(iter(summaries))]["sides"]
     lines += ["## Versions and command", "",
               f"- rlvr side: torch {vr['rlvr']['versions']['torch']}, transformers "
