@@ -1,6 +1,10 @@
 """The ranks of a run: the process group set up for DeepSpeed (one process on a laptop, or many under
 ``torchrun``/``deepspeed``), and the few collectives rlvr uses (sums, maxima, object gathers), each a no-op copy with
-one process and run on the backend's device (CPU under gloo, the GPU under NCCL)."""
+one process and run on the backend's device (CPU under gloo, the GPU under NCCL).
+
+A thread can run its collectives on a process group of its own (:func:`thread_process_group`): the asynchronous
+rollout producer's (dynamic sampling's counts, the curriculum's tables) then never interleave with the update's, which
+the trainer's thread runs on the default group at the same time."""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ import contextlib
 import io
 import os
 import socket
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -63,13 +69,33 @@ def init_distributed() -> DistInfo:
     return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank, device=device)
 
 
+_thread = threading.local()
+
+
+@contextlib.contextmanager
+def thread_process_group(group: "dist.ProcessGroup | None") -> Iterator[None]:
+    """The helpers below run on ``group`` in this thread while the context is open (``None``: the default group).
+    Every rank must enter it around the same collectives, as with any group."""
+    before = getattr(_thread, "group", None)
+    _thread.group = group
+    try:
+        yield
+    finally:
+        _thread.group = before
+
+
+def _group() -> "dist.ProcessGroup | None":
+    return getattr(_thread, "group", None)
+
+
 def collective_device() -> torch.device:
-    """The device collectives of the default process group run on: CPU for gloo, the current accelerator otherwise.
+    """The device collectives of this thread's process group (:func:`thread_process_group`, else the default one) run
+    on: CPU for gloo, the current accelerator otherwise.
 
     NCCL has no CPU path: ``all_reduce`` of a CPU tensor raises on the first multi-GPU step, so every helper below
     moves its tensor here and back.
     """
-    backend = str(dist.get_backend())
+    backend = str(dist.get_backend(_group()))
     if backend == "gloo" or backend.startswith("cpu:gloo"):  # "cpu:gloo,cuda:nccl" serves CPU tensors too
         return torch.device("cpu")
     if backend == "nccl":
@@ -84,7 +110,7 @@ def collective_device() -> torch.device:
 def _all_reduce(values: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
     """``op`` over ranks, on the backend's device; returns a new tensor on ``values``' device and dtype."""
     on_device = values.to(collective_device(), copy=True)
-    dist.all_reduce(on_device, op=op)
+    dist.all_reduce(on_device, op=op, group=_group())
     return on_device.to(values.device)
 
 
@@ -102,7 +128,7 @@ def all_gather_objects(obj: object) -> list[object]:
     the current CUDA device (set by :func:`init_distributed`)."""
     if _multi_rank():
         out: list[object] = [None] * dist.get_world_size()
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=_group())
         return out
     return [obj]
 

@@ -59,7 +59,7 @@ from rlvr.runs.evaluation import EvalResult, run_eval
 from rlvr.runs.metrics import MetricsLogger
 from rlvr.runs.recipe_inputs import open_recipe_inputs
 from rlvr.runtime.atomic import atomic_write_text, remove_leftovers
-from rlvr.runtime.distributed import DistInfo, all_reduce_sum, init_distributed
+from rlvr.runtime.distributed import DistInfo, all_reduce_sum, init_distributed, thread_process_group
 from rlvr.tools.loading import build_environment
 from rlvr.tools.spec import ENVIRONMENT_LABEL
 from rlvr.trainer import step_metrics
@@ -137,12 +137,11 @@ class RLTrainer(TrainerBase):
         if r.rollout.prompts_per_step % self.dist.world_size:
             raise ValueError(f"rollout.prompts_per_step={r.rollout.prompts_per_step} must be divisible by the number "
                              f"of ranks ({self.dist.world_size}): each rank rolls out whole groups")
+        self._producer_group = None
         if r.rollout.max_off_policy_steps and self.dist.world_size > 1:
-            # the producer's collectives (dynamic sampling's counts, the solve-rate table) would interleave with the
-            # update's on the one process group
-            raise ValueError(f"rollout.max_off_policy_steps={r.rollout.max_off_policy_steps} runs on one training "
-                             f"rank; this run has {self.dist.world_size}: set it to 0, or train on one rank (the "
-                             "servers can still be many)")
+            # the producer thread's collectives (dynamic sampling's counts, the solve-rate table) run on a group of
+            # their own: on the default one they would interleave with the update's
+            self._producer_group = torch.distributed.new_group(backend="gloo")
         self._find_resume(resume, resume_from, allow_changed)
 
         # cheap checks, verifier pool, tokenizer and prompt split first; the expensive model load comes last
@@ -433,13 +432,15 @@ class RLTrainer(TrainerBase):
         """
         timer = StageTimer()
         budget = self.recipe.trainer.max_tokens_generated
-        batch, info, generated = collect(
-            self.rollout_engine, self.rewards, self.curriculum, self.prompt_set.train, self.tokenizer,
-            step=step, config=self.recipe.rollout, ds=self.recipe.algorithm.dynamic_sampling, dist=self.dist,
-            tokens_left=math.inf if budget is None else budget - self._tokens_produced, timer=timer, tools=self.tools)
-        stamp_versions(batch, version)
-        self._tokens_produced += generated
-        report = self.curriculum.end_step(step)
+        with thread_process_group(self._producer_group):
+            batch, info, generated = collect(
+                self.rollout_engine, self.rewards, self.curriculum, self.prompt_set.train, self.tokenizer,
+                step=step, config=self.recipe.rollout, ds=self.recipe.algorithm.dynamic_sampling, dist=self.dist,
+                tokens_left=math.inf if budget is None else budget - self._tokens_produced, timer=timer,
+                tools=self.tools)
+            stamp_versions(batch, version)
+            self._tokens_produced += generated
+            report = self.curriculum.end_step(step)
         return CollectedStep(batch, info, dict(timer.seconds), generated, self._tokens_produced, report,
                              copy.deepcopy(self.curriculum.state_dict()))
 

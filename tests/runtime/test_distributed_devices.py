@@ -24,6 +24,7 @@ class FakeAcceleratorBackend:
 
     def __init__(self) -> None:
         self.devices: list[torch.device] = []
+        self.groups: list[object] = []
 
     def is_initialized(self) -> bool:
         return True
@@ -31,11 +32,12 @@ class FakeAcceleratorBackend:
     def get_world_size(self) -> int:
         return 2
 
-    def get_backend(self) -> str:
-        return "nccl"
+    def get_backend(self, group=None) -> str:
+        return "gloo" if group == "producer" else "nccl"  # a thread's own gloo group beside the default NCCL one
 
-    def all_reduce(self, tensor: torch.Tensor, op=None) -> None:
+    def all_reduce(self, tensor: torch.Tensor, op=None, group=None) -> None:
         self.devices.append(tensor.device)
+        self.groups.append(group)
         if tensor.device.type == "cpu":
             raise RuntimeError("No backend type associated with device type cpu")  # NCCL's own message
         raise Reached
@@ -66,8 +68,35 @@ def test_collective_device_follows_the_backend(monkeypatch):
     monkeypatch.setattr(d, "dist", backend)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     assert d.collective_device() == torch.device("cuda", 1)
-    monkeypatch.setattr(backend, "get_backend", lambda: "gloo")
+    monkeypatch.setattr(backend, "get_backend", lambda group=None: "gloo")
     assert d.collective_device() == torch.device("cpu")
+
+
+def test_a_threads_own_group_takes_its_collectives_and_device_in_that_thread_only(monkeypatch):
+    """The asynchronous producer's collectives go to its gloo group (on the CPU) while the trainer's thread keeps the
+    default NCCL group (on its GPU)."""
+    import threading
+
+    backend = FakeAcceleratorBackend()
+    monkeypatch.setattr(d, "dist", backend)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    seen = {}
+
+    def producer() -> None:
+        with d.thread_process_group("producer"):
+            seen["device"] = d.collective_device()
+            with pytest.raises(RuntimeError, match="No backend type"):  # the fake refuses CPU tensors after noting them
+                d.all_reduce_sum(torch.tensor([1.0]))
+        seen["after"] = d.collective_device()
+
+    with d.thread_process_group("producer"):
+        thread = threading.Thread(target=producer)
+        thread.start()
+        thread.join()
+        assert d.collective_device() == torch.device("cpu")  # this thread's own setting
+    assert d.collective_device() == torch.device("cuda", 0)
+    assert seen == {"device": torch.device("cpu"), "after": torch.device("cuda", 0)}
+    assert backend.groups == ["producer"] and [dev.type for dev in backend.devices] == ["cpu"]
 
 
 def test_one_process_needs_no_backend():

@@ -225,18 +225,3 @@ def test_a_killed_k_1_run_resumes_with_the_in_flight_batches_drawn_again(tiny, t
     for step in (5, 6):
         assert (tmp_path / "straight/samples" / f"step-{step}.jsonl").read_text() == \
             (tmp_path / "killed/samples" / f"step-{step}.jsonl").read_text()
-
-
-def test_k_1_on_several_training_ranks_is_refused_before_anything_loads(tiny, tmp_path, monkeypatch):
-    """The producer's collectives would interleave with the update's on the one process group."""
-    import torch
-
-    from rlvr.config import resolve
-    from rlvr.runtime.distributed import DistInfo
-    from rlvr.trainer import trainer as trainer_module
-
-    monkeypatch.setattr(trainer_module, "init_distributed", lambda: DistInfo(0, 2, 0, torch.device("cpu")))
-    recipe = resolve(tiny_recipe(*tiny, rollout={"engine": "server", "servers": NOT_CONTACTED,
-                                                 "max_off_policy_steps": 1}))
-    with pytest.raises(ValueError, match="max_off_policy_steps=1 runs on one training rank; this run has 2"):
-        trainer_module.RLTrainer(recipe, tmp_path / "run", rollout_engine=object())
