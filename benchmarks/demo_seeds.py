@@ -5,6 +5,7 @@ trained on rewards that say nothing about correctness (arXiv 2506.10947)?
     python benchmarks/demo_seeds.py --seeds 0 1 2 --arms demo      # a few seeds, no control
     python benchmarks/demo_seeds.py --seeds 5 6 7 8 9 --out runs/demo_seeds_b --control-seeds 0 &  # a second stream
     python benchmarks/demo_seeds.py --from-json runs/demo_seeds/demo_seeds.json runs/demo_seeds_b/demo_seeds.json
+    python benchmarks/demo_seeds.py --seeds 1 --arms demo --set optim.lr=2.5e-6 --out runs/demo_lr  # a variant
 
 Each run is ``rlvr train recipes/demo.yaml --set seed=S`` in its own process, as a user types it (the control adds
 ``--set reward.control=random``: the demo's verifiers stay as the gold that scores the evaluations). Per run: the
@@ -50,7 +51,8 @@ def run_one(arm: str, seed: int, out: Path, threads: int, extra: list[str]) -> d
     s, last = summary(run), last_metrics(run)
     before, after = s["eval_before"], s["eval_after"]
     se = math.sqrt(before["pass_at_1_se"] ** 2 + after["pass_at_1_se"] ** 2)
-    return {**stage, "arm": arm, "seed": seed, "before": before["pass_at_1"], "after": after["pass_at_1"],
+    label = f"{arm} + {', '.join(extra)}" if extra else arm  # a variant of the recipe is an arm of its own
+    return {**stage, "arm": label, "seed": seed, "before": before["pass_at_1"], "after": after["pass_at_1"],
             "se": se, "lift_in_se": (after["pass_at_1"] - before["pass_at_1"]) / se if se > 0 else math.inf,
             "steps": s["steps"], "final_entropy": last.get("train/entropy"),
             "final_zero_variance": last.get("reward/zero_var_groups")}
@@ -76,7 +78,7 @@ def report(data: dict[str, Any]) -> str:
                      f"{ent} | {zv} | {r['wall_s']:.0f} |")
     lines += ["", "| arm | seeds | pass@1 before | after (mean ± s.e. over seeds) | seeds with lift > 3 s.e. |",
               "| --- | ---: | ---: | ---: | ---: |"]
-    for arm in ARMS:
+    for arm in dict.fromkeys(r["arm"] for r in runs):
         rs = [r for r in runs if r["arm"] == arm]
         if rs:
             lines.append(f"| {arm} | {len(rs)} | {fmt([r['before'] for r in rs])} | {fmt([r['after'] for r in rs])} "
