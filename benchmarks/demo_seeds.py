@@ -37,9 +37,15 @@ ARMS = {"demo": [], "random": ["reward.control=random"]}
 
 
 def last_metrics(run_dir: Path) -> dict[str, float]:
-    """The last step's line of the run's metrics.jsonl."""
-    lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return json.loads(lines[-1])
+    """The last training step's line of the run's metrics.jsonl (not the evaluation's line after it)."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [m for m in lines if "train/loss" in m][-1]
+
+
+def final_state(run_dir: Path) -> dict[str, float | None]:
+    """The last training step's entropy and fraction of zero-variance groups (the signs of a collapsed run)."""
+    last = last_metrics(run_dir)
+    return {"final_entropy": last.get("train/entropy"), "final_zero_variance": last.get("reward/zero_var_groups")}
 
 
 def run_one(arm: str, seed: int, out: Path, threads: int, extra: list[str]) -> dict[str, Any]:
@@ -48,14 +54,13 @@ def run_one(arm: str, seed: int, out: Path, threads: int, extra: list[str]) -> d
     sets = [f"seed={seed}", f"trainer.num_threads={threads}", *ARMS[arm], *extra]
     stage = run_stage(f"{arm}-s{seed}", ["train", "recipes/demo.yaml", "-o", str(run), "--overwrite",
                                          *[a for s in sets for a in ("--set", s)]], out / "logs")
-    s, last = summary(run), last_metrics(run)
+    s = summary(run)
     before, after = s["eval_before"], s["eval_after"]
     se = math.sqrt(before["pass_at_1_se"] ** 2 + after["pass_at_1_se"] ** 2)
     label = f"{arm} + {', '.join(extra)}" if extra else arm  # a variant of the recipe is an arm of its own
     return {**stage, "arm": label, "seed": seed, "before": before["pass_at_1"], "after": after["pass_at_1"],
             "se": se, "lift_in_se": (after["pass_at_1"] - before["pass_at_1"]) / se if se > 0 else math.inf,
-            "steps": s["steps"], "final_entropy": last.get("train/entropy"),
-            "final_zero_variance": last.get("reward/zero_var_groups")}
+            "steps": s["steps"], "run_dir": str(run), **final_state(run)}
 
 
 def report(data: dict[str, Any]) -> str:
@@ -101,7 +106,12 @@ def main() -> int:
 
     if args.from_json is not None:
         parts = [json.loads(path.read_text()) for path in args.from_json]
-        data = {**parts[0], "runs": sorted((r for d in parts for r in d["runs"]), key=lambda r: (r["arm"], r["seed"])),
+        runs = sorted((r for d in parts for r in d["runs"]), key=lambda r: (r["arm"], r["seed"]))
+        for r in runs:  # read the final state again where the run folder is still here
+            folder = Path(r.get("run_dir") or r["command"].split(" -o ")[1].split()[0])
+            if (folder / "metrics.jsonl").exists():
+                r.update(final_state(folder))
+        data = {**parts[0], "runs": runs,
                 "command": "; ".join(d["command"] for d in parts),
                 "commit": ", ".join(dict.fromkeys(d["commit"] for d in parts))}
     else:
