@@ -51,7 +51,8 @@ def final_state(run_dir: Path) -> dict[str, float | None]:
 def run_one(arm: str, seed: int, out: Path, threads: int, extra: list[str]) -> dict[str, Any]:
     """One training run of ``arm`` at ``seed``; its timings and the numbers the report reads."""
     run = out / f"{arm}-s{seed}"
-    sets = [f"seed={seed}", f"trainer.num_threads={threads}", *ARMS[arm], *extra]
+    # no checkpoints but the last: a 30-step run would keep ~1.8 GiB of them, and a study makes dozens of runs
+    sets = [f"seed={seed}", f"trainer.num_threads={threads}", "trainer.save_every=0", *ARMS[arm], *extra]
     stage = run_stage(f"{arm}-s{seed}", ["train", "recipes/demo.yaml", "-o", str(run), "--overwrite",
                                          *[a for s in sets for a in ("--set", s)]], out / "logs")
     s = summary(run)
