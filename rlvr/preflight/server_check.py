@@ -81,14 +81,15 @@ def check_launched_servers(report: Report, recipe: Any) -> None:
 
 def check_server_urls(report: Report, recipe: Any) -> None:
     """Findings for each server of ``rollout.servers.urls``: ``error`` when it does not answer or is not a ``rlvr
-    serve`` server (the client's message), when the servers serve different models or run different weight transfers,
+    serve`` server (the client's message), when the servers serve different models or run different weight transfers
+    (:func:`rlvr.rollout.server_engine.check_fleet`, as the engine checks them),
     or when a server's ``max_model_len`` cannot hold ``rollout.max_new_tokens``; ``warn`` when its vLLM version differs
     from the one installed here (the weight-transfer and token routes change between releases); else ``ok`` per
     server with its model, vLLM version, transfer and context."""
     import httpx
 
     from rlvr.rollout.server_client import ServerClient, ServerError
-    from rlvr.rollout.server_engine import choose_transfer
+    from rlvr.rollout.server_engine import check_fleet
 
     servers = recipe.rollout.servers
     if not servers.urls:
@@ -116,13 +117,9 @@ def check_server_urls(report: Report, recipe: Any) -> None:
             report.add("ok", "servers", f"{url} serves {info.model} (vLLM {info.vllm_version or '?'}, weight transfer "
                                         f"{info.weight_transfer or 'none'}, max_model_len {info.max_model_len}, "
                                         f"{info.world_size} worker(s))")
-    if len({info.model for info in infos}) > 1:
-        listing = ", ".join(f"{u}: {i.model}" for u, i in zip(urls, infos))
-        report.add("error", "servers", f"the rollout servers serve different models ({listing}): a run samples one "
-                                       f"policy")
     if infos:
         try:
-            choose_transfer(servers.weight_transfer, infos, urls)
+            check_fleet(servers.weight_transfer, infos, urls)  # the engine's own check as it connects
         except ValueError as exc:
             report.add("error", "servers", str(exc))
 

@@ -155,6 +155,18 @@ def choose_transfer(requested: str, infos: list[ServerInfo], urls: list[str]) ->
     return str(names[0])
 
 
+def check_fleet(requested: str, infos: list[ServerInfo], urls: list[str]) -> str:
+    """The fleet's weight transfer (:func:`choose_transfer`), once every server is seen to serve the same model.
+
+    Raises:
+        ValueError: the servers serve different models (each named with its model), or as :func:`choose_transfer`.
+    """
+    if len({info.model for info in infos}) > 1:
+        listing = ", ".join(f"{u}: {i.model}" for u, i in zip(urls, infos))
+        raise ValueError(f"the rollout servers serve different models ({listing}): a run samples one policy")
+    return choose_transfer(requested, infos, urls)
+
+
 class ServerEngine:
     """The ``server`` rollout engine (see the module).
 
@@ -172,7 +184,7 @@ class ServerEngine:
         startup_timeout_s: how long a rank other than 0 waits for servers rank 0 started.
     Raises:
         rlvr.rollout.server_client.ServerError: a server does not answer or is not a ``rlvr serve`` server.
-        ValueError: the servers serve different models, or their weight transfers disagree (:func:`choose_transfer`).
+        ValueError: the servers serve different models, or their weight transfers disagree (:func:`check_fleet`).
     """
 
     def __init__(self, urls: list[str], eos_ids: list[int], *, request_timeout_s: float = 600.0,
@@ -213,13 +225,9 @@ class ServerEngine:
         if startup_timeout_s > 0 and rank != 0:
             self._wait_for_servers(startup_timeout_s)
         self.infos = [client.info() for client in self.clients]
-        models = {info.model for info in self.infos}
-        if len(models) > 1:
-            listing = ", ".join(f"{c.url}: {i.model}" for c, i in zip(self.clients, self.infos))
-            raise ValueError(f"the rollout servers serve different models ({listing}): a run samples one policy")
+        self.transfer = check_fleet(weight_transfer, self.infos, [c.url for c in self.clients])
         self.model_name = self.infos[0].model
         self.max_model_len = min(info.max_model_len for info in self.infos) or None
-        self.transfer = choose_transfer(weight_transfer, self.infos, [c.url for c in self.clients])
         from rlvr.rollout.server_weights import TORCH_DTYPES
 
         self.dtype = TORCH_DTYPES.get(self.infos[0].dtype, torch.float32)
