@@ -13,13 +13,13 @@ without Docker deselects ``-m "not docker"``).
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
 import yaml
 
 from rlvr.runs.metrics import read_metrics
+from tests.sandbox_required import require_backend
 from tests.tiny import write_addition_dataset
 
 pytestmark = pytest.mark.security
@@ -32,17 +32,6 @@ PROGRAMS = [
     ("import os, signal\nos.kill(-1, signal.SIGSTOP)\nprint('after')", "error"),  # contained: it fails itself only
     ("print(6 * 7)", "ok"),
 ]
-
-
-def _backend_or_skip(name: str) -> None:
-    from rlvr.sandbox.backends.bwrap_backend import bwrap_problem
-    from rlvr.sandbox.backends.docker_backend import docker_problem
-
-    problem = docker_problem() if name == "docker" else bwrap_problem()
-    if problem:
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the {name} sandbox backend is not available: {problem}", pytrace=False)
-        pytest.skip(f"{name}: {problem}")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,7 @@ def test_hostile_python_calls_cost_one_turn_never_the_step(chat_model, tmp_path,
     from tests.tools.scripted import PythonCallEngine
     from tests.trainer.test_tool_training import tool_recipe
 
-    _backend_or_skip(backend)
+    require_backend(backend)
     raw = tool_recipe(*chat_model, steps=2)
     raw["rollout"].update({"tools": [{"name": "python", "kwargs": {"time_s": TIME_S, "output_kb": 64,
                                                                    "backend": backend}}],

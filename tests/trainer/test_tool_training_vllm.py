@@ -7,12 +7,12 @@ embedded SmolLM2-135M-Instruct, which writes fenced python calls from its one-sh
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from rlvr.runs.metrics import read_metrics
+from tests.sandbox_required import require_backend
 from tests.vllm_required import require_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker]
@@ -22,13 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_tool_demo_trains_on_vllm_with_its_calls_out_of_the_loss(tmp_path, no_plots):
     require_vllm()
     from rlvr.config import load_recipe
-    from rlvr.sandbox.backends.docker_backend import docker_problem
     from rlvr.trainer.trainer import RLTrainer
 
-    if problem := docker_problem():
-        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-            pytest.fail(f"CI=true and the docker sandbox backend is not available: {problem}", pytrace=False)
-        pytest.skip(f"docker: {problem}")
+    require_backend("docker")
     recipe = load_recipe(str(REPO / "recipes/tool_demo.yaml"), overrides=[
         "rollout.engine=vllm", "rollout.prompts_per_step=2", "rollout.group_size=4", "trainer.steps=2",
         "trainer.save_every=0", "trainer.num_threads=1", "trainer.log_samples_every=1", "eval.enabled=false",
