@@ -38,7 +38,7 @@ class SlowScriptedEngine:
         self.stamp = stamp
         self.reported_lag = reported_lag or {}
         self.fail_at_call = fail_at_call
-        self.version = start_version
+        self.version = self.start_version = start_version
         self.calls: list[int] = []
         """The version held at the start of each ``generate`` call."""
         self.sizes: list[int] = []
@@ -70,6 +70,11 @@ class SlowScriptedEngine:
             stamped.append(version)
         self.stamped.append(stamped)
         return groups
+
+    @property
+    def syncs(self) -> int:
+        """``sync_weights`` calls so far (as the other scripted engines count them)."""
+        return self.version - self.start_version
 
     def sync_weights(self, model: Any) -> None:
         with self._lock:
