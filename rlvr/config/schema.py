@@ -276,6 +276,14 @@ class RolloutConfig(_Section, ToolsConfig):
         return self
 
     @model_validator(mode="after")
+    def _validate_turn_scheduling(self) -> "RolloutConfig":
+        if self.turn_scheduling == "continuous" and self.engine == "hf":
+            raise ValueError("rollout.turn_scheduling=continuous needs an engine with continuous batching (vllm, "
+                             "server); the hf engine decodes a fixed batch: set rollout.turn_scheduling: rounds (or "
+                             "auto), or rollout.engine: vllm")
+        return self
+
+    @model_validator(mode="after")
     def _validate_servers(self) -> "RolloutConfig":
         servers = self.servers
         for url in servers.urls:

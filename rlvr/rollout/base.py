@@ -76,3 +76,27 @@ class RolloutEngine(Protocol):
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Load the trainer's current weights (a no-op for engines that share the training model)."""
         ...
+
+
+class TurnStream(Protocol):
+    """An engine's continuous batching, as a multi-turn rollout uses it (``scheduling: continuous``,
+    :func:`rlvr.rollout.multi_turn.multi_turn_generate`): requests join while others decode, each comes back as soon
+    as it ends. An engine that has one offers it as ``engine.open_stream()``, a context manager that aborts what is
+    still in flight when it exits."""
+
+    def submit(self, key: int, prompt_token_ids: list[int], sampling: SamplingParams, seed: int) -> None:
+        """Start one request (one sample of ``prompt_token_ids``) under ``key``, sampled with ``seed``.
+
+        Raises:
+            ValueError: an empty prompt, or one that does not fit the engine with ``sampling.max_new_tokens``.
+        """
+        ...
+
+    def poll(self, timeout_s: float) -> list[tuple[int, Completion]]:
+        """Let the engine work for a while (one decode step, or up to ``timeout_s`` seconds) and return the requests
+        that ended since the last call, as ``(key, completion)``."""
+        ...
+
+    def pending(self) -> int:
+        """Requests submitted and not yet returned by :meth:`poll`."""
+        ...

@@ -41,8 +41,11 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import torch
 
 from rlvr.data.special_text import find_special, special_strings, tokenize_split, with_placeholders
 from rlvr.rollout.base import Completion, RolloutEngine, SamplingParams
@@ -208,9 +211,13 @@ def answer_ids(tokenizer: Any, prefix: list[Message], answer: list[Message], too
     return ids
 
 
+Scheduling = Literal["auto", "rounds", "continuous"]
+"""How a multi-turn rollout's requests meet the engine (:func:`multi_turn_generate`'s ``scheduling``)."""
+
+
 def multi_turn_generate(engine: RolloutEngine, tokenizer: Any, env: Environment, rows: Sequence[dict[str, Any]],
                         n: int, sampling: SamplingParams, *, max_turns: int, eos_ids: Sequence[int],
-                        max_response_tokens: int | None = None) -> MultiTurnRollout:
+                        max_response_tokens: int | None = None, scheduling: Scheduling = "auto") -> MultiTurnRollout:
     """Sample ``n`` multi-turn responses per row (see the module docstring).
 
     Args:
@@ -223,149 +230,282 @@ def multi_turn_generate(engine: RolloutEngine, tokenizer: Any, env: Environment,
         eos_ids: ids that end a turn.
         max_response_tokens: optional cap on a response's ids (sampled and answers: the context a sample may use
             beyond its prompt), never exceeded; a sample reaching it ends as ``length``.
+        scheduling: ``rounds``: every unfinished sample is generated together, then the environment answers the
+            round's paused samples at once, and the next round waits for the slowest of them (any engine).
+            ``continuous``: each sample is a request of its own on the engine's continuous batching
+            (``engine.open_stream()``, a :class:`~rlvr.rollout.base.TurnStream`: vLLM, the rollout servers): a sample
+            that paused is answered while the others decode and is sent on as soon as its answer is in; the
+            environment's ``step_many`` runs on a worker thread, one batch at a time (the samples that paused while a
+            batch ran form the next). Each request's seed comes from one draw of torch's RNG, the sample and its turn,
+            so the draws do not depend on the order in which samples come back (the logits may still differ in the
+            last bits with the make-up of the engine's batch). ``auto``: ``continuous`` where the engine has
+            ``open_stream``, else ``rounds`` (the ``hf`` engine decodes a fixed batch).
     Raises:
-        ValueError: ``max_turns`` < 1; an environment answering with chat messages where there is no chat template.
+        ValueError: ``max_turns`` < 1; an environment answering with chat messages where there is no chat template;
+            ``scheduling="continuous"`` on an engine without ``open_stream``.
         TemplateNotAppendOnlyError: see :func:`answer_ids`.
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     if max_response_tokens is not None and max_response_tokens < 1:
         raise ValueError(f"max_response_tokens must be >= 1, got {max_response_tokens}")
-    cap = max_response_tokens if max_response_tokens is not None else sys.maxsize
-    eos = set(eos_ids)
-    stops = tuple(dict.fromkeys((*sampling.stop, *env.stop)))
-    starts: list[list[Message] | str] = []
-    reset_errors: dict[int, str] = {}  # row -> why its reset failed: its samples are never generated
-    for k, row in enumerate(rows):
-        try:
-            starts.append(env.reset(row))
-        except Exception as e:  # noqa: BLE001 - the environment's bug costs this row's samples, never the step
-            reset_errors[k] = failure_text("reset", e)
-            starts.append("")
-    prompts = [_prompt_ids(tokenizer, start, env.tool_schemas) if k not in reset_errors else []
-               for k, start in enumerate(starts)]
-    episodes = [Episode(row, copy.deepcopy(start)) for row, start in zip(rows, starts) for _ in range(n)]
-    samples = [MultiTurnSample(prompt_ids=list(prompts[i // n])) for i in range(len(episodes))]
-    for i, sample in enumerate(samples):
-        if i // n in reset_errors:
-            sample.episode_reward = EpisodeReward(error=reset_errors[i // n])
-    open_turn = [""] * len(episodes)  # the text of each sample's current assistant turn (sampled and inline answers)
-    open_msg: list[Message | None] = [None] * len(episodes)  # that turn's message in the conversation, once added
-    same_turn = [False] * len(episodes)  # the next stretch goes on the last turn (it paused at a block, no call)
-    last_turn = [False] * len(episodes)  # the turn being answered is the last one max_turns allows
-    result = MultiTurnRollout([])
-    budget = sampling.max_new_tokens
+    open_stream = getattr(engine, "open_stream", None)
+    if scheduling == "continuous" and open_stream is None:
+        raise ValueError(f"scheduling='continuous' needs an engine with continuous batching (open_stream: vllm, "
+                         f"server); {type(engine).__name__} has none: use scheduling 'rounds' or 'auto'")
+    if scheduling not in ("auto", "rounds", "continuous"):
+        raise ValueError(f"scheduling must be 'auto', 'rounds' or 'continuous', got {scheduling!r}")
+    run = _Episodes(tokenizer, env, rows, n, sampling, max_turns, eos_ids, max_response_tokens)
+    if scheduling == "rounds" or open_stream is None:
+        _run_rounds(engine, run)
+    else:
+        _run_continuous(open_stream, run)
+    return run.finish()
 
-    started = [k for k in range(len(rows)) if k not in reset_errors]
-    active = [k * n + j for k in started for j in range(n)]
+
+TurnOutcome = Literal["answer", "resume", "done"]
+"""What follows a sample's stretch of sampled tokens: the environment answers it, it goes on as it is, or it ended."""
+
+
+class _Episodes:
+    """The samples of one multi-turn rollout and the rules of a turn, which both schedulers apply: :meth:`take` a
+    stretch the engine sampled, :meth:`ask` the environment, :meth:`answer` with its reply, :meth:`context` to go on.
+    Sample ``i`` is the ``i % n``-th of row ``i // n``."""
+
+    def __init__(self, tokenizer: Any, env: Environment, rows: Sequence[dict[str, Any]], n: int,
+                 sampling: SamplingParams, max_turns: int, eos_ids: Sequence[int],
+                 max_response_tokens: int | None) -> None:
+        self.tokenizer, self.env, self.n, self.max_turns = tokenizer, env, n, max_turns
+        self.cap = max_response_tokens if max_response_tokens is not None else sys.maxsize
+        self.eos = set(eos_ids)
+        self.stops = tuple(dict.fromkeys((*sampling.stop, *env.stop)))
+        self.sampling = dataclasses.replace(sampling, stop=self.stops)
+        self.budget = sampling.max_new_tokens
+        starts: list[list[Message] | str] = []
+        reset_errors: dict[int, str] = {}  # row -> why its reset failed: its samples are never generated
+        for k, row in enumerate(rows):
+            try:
+                starts.append(env.reset(row))
+            except Exception as e:  # noqa: BLE001 - the environment's bug costs this row's samples, never the step
+                reset_errors[k] = failure_text("reset", e)
+                starts.append("")
+        self.prompts = [_prompt_ids(tokenizer, start, env.tool_schemas) if k not in reset_errors else []
+                        for k, start in enumerate(starts)]
+        self.episodes = [Episode(row, copy.deepcopy(start)) for row, start in zip(rows, starts) for _ in range(n)]
+        self.samples = [MultiTurnSample(prompt_ids=list(self.prompts[i // n])) for i in range(len(self.episodes))]
+        for i, sample in enumerate(self.samples):
+            if i // n in reset_errors:
+                sample.episode_reward = EpisodeReward(error=reset_errors[i // n])
+        count = len(self.episodes)
+        self.open_turn = [""] * count  # the text of each sample's current assistant turn (sampled and inline answers)
+        self.open_msg: list[Message | None] = [None] * count  # that turn's message in the conversation, once added
+        self.same_turn = [False] * count  # the next stretch goes on the last turn (it paused at a block, no call)
+        self.last_turn = [False] * count  # the turn being answered is the last one max_turns allows
+        self.rows = len(rows)
+        self.started = [k for k in range(len(rows)) if k not in reset_errors]
+        self.first = [k * n + j for k in self.started for j in range(n)]
+        """The samples to generate (those of rows whose reset succeeded)."""
+        self.result = MultiTurnRollout([])
+
+    def remaining(self, i: int) -> int:
+        """Tokens sample ``i`` may still sample: the rest of its budget, within the response cap."""
+        sample = self.samples[i]
+        return min(self.budget - sample.sampled_tokens, self.cap - len(sample.token_ids))
+
+    def context(self, i: int) -> list[int]:
+        """The ids sample ``i`` goes on from: its prompt and response so far."""
+        return self.samples[i].prompt_ids + self.samples[i].token_ids
+
+    def take(self, i: int, c: Completion) -> TurnOutcome:
+        """Append the stretch ``c`` the engine sampled for sample ``i`` and say what follows it."""
+        sample, episode = self.samples[i], self.episodes[i]
+        remaining = self.remaining(i)
+        ids, lps, reason = list(c.token_ids), list(c.logprobs), c.finish_reason
+        if len(ids) > remaining:  # the request ran to a longer budget than this sample's; it ends here
+            ids, lps, reason = ids[:remaining], lps[:remaining], "length"
+        begin = len(sample.token_ids)
+        sample.token_ids += ids
+        sample.logprobs += [float(x) for x in lps]
+        sample.response_mask += [1] * len(ids)
+        text_ids = ids[:-1] if reason == "stop" and ids and ids[-1] in self.eos else ids
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        self.open_turn[i] += text
+        if self.same_turn[i]:  # the turn paused at a block that was no call: this stretch goes on the same turn
+            turn = sample.turns[-1]
+            turn.sampled, turn.text, turn.finish_reason = (turn.sampled[0], len(sample.token_ids)), \
+                turn.text + text, reason
+            self.same_turn[i] = False
+        else:
+            episode.turns += 1
+            sample.turns.append(Turn((begin, len(sample.token_ids)), text, reason))
+        full = sample.sampled_tokens >= self.budget or len(sample.token_ids) >= self.cap
+        if reason == "length" or full and reason != "stop":
+            sample.finish_reason = "length"
+            return "done"
+        if reason == "stop_sequence" and ids:
+            try:
+                waits = self.env.awaits_answer(episode, sample.turns[-1].text)
+            except Exception as e:  # noqa: BLE001 - the environment's bug ends this sample, as failed
+                sample.episode_reward = EpisodeReward(error=failure_text("awaits_answer", e))
+                return "done"
+            if not waits:
+                self.same_turn[i] = True  # a closed block that is no call: not answered, costs no turn
+                return "resume"
+        if episode.turns >= self.max_turns and reason != "stop":
+            sample.finish_reason = "max_turns"  # a call the turn budget leaves unanswered
+            return "done"
+        self.last_turn[i] = episode.turns >= self.max_turns  # a last turn ended with eos is shown too: it may score
+        return "answer"
+
+    def prepare(self, indices: Sequence[int]) -> None:
+        """Before :meth:`ask`: the conversations of ``indices`` end with their open assistant turn."""
+        _set_open_turn(self.episodes, self.open_turn, self.open_msg, indices)
+
+    def ask(self, indices: Sequence[int]) -> list[Reply]:
+        """The environment's replies to the turns of ``indices`` (one ``step_many``; after :meth:`prepare`)."""
+        return _step_round(self.env, [self.episodes[i] for i in indices],
+                           [self.samples[i].turns[-1].text for i in indices],
+                           [self.samples[i].turns[-1].finish_reason == "stop_sequence" for i in indices])
+
+    def answer(self, i: int, reply: Reply, seconds: float) -> bool:
+        """Append the environment's ``reply`` to sample ``i``'s last turn (answered in ``seconds``); whether the sample
+        goes on."""
+        sample, turn = self.samples[i], self.samples[i].turns[-1]
+        turn.calls, turn.tool_seconds = list(reply.calls), seconds
+        if reply.done or reply.error is not None or reply.reward is not None or self.last_turn[i]:
+            sample.finish_reason = "stop"  # an answer to the last allowed turn is dropped: no turn is left
+            sample.episode_reward = episode_reward(reply)  # (a reward that does not end the episode: an error)
+            return False
+        if reply.text is None and not reply.messages and not reply.calls:  # nothing to answer: the same turn
+            self.same_turn[i] = True
+            self.episodes[i].turns -= 1
+            return True
+        if reply.text is None and not reply.messages:
+            reply = dataclasses.replace(reply, text="")
+        ids = _reply_ids(self.tokenizer, self.env, self.episodes[i], reply, sample, turn, self.eos)
+        ids = ids[:self.cap - len(sample.token_ids)]  # an answer that does not fit is cut at the cap; the sample ends
+        begin = len(sample.token_ids)
+        sample.token_ids += ids
+        sample.logprobs += [0.0] * len(ids)
+        sample.response_mask += [0] * len(ids)
+        turn.answer = (begin, len(sample.token_ids))
+        if reply.text is not None:
+            self.open_turn[i] += reply.text
+            turn.answer_text = reply.text
+        else:
+            msgs = self.episodes[i].messages
+            assert isinstance(msgs, list)
+            msgs.extend(copy.deepcopy(reply.messages))  # the assistant's turn is closed
+            self.open_turn[i], self.open_msg[i] = "", None
+            turn.answer_text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        if len(sample.token_ids) >= self.cap or sample.sampled_tokens >= self.budget:
+            sample.finish_reason = "length"
+            return False
+        return True
+
+    def finish(self) -> MultiTurnRollout:
+        """The rollout: every conversation closed, the samples in groups of ``n`` in row order."""
+        _set_open_turn(self.episodes, self.open_turn, self.open_msg, range(len(self.episodes)), allow_empty=False)
+        for sample, episode in zip(self.samples, self.episodes):
+            sample.messages = episode.messages
+        self.result.groups = [self.samples[k * self.n:(k + 1) * self.n] for k in range(self.rows)]
+        return self.result
+
+
+def _run_rounds(engine: RolloutEngine, run: _Episodes) -> None:
+    """The ``rounds`` schedule: generate every unfinished sample together, then answer the round's paused samples."""
+    result, n = run.result, run.n
+    active = list(run.first)
     start = time.perf_counter()
-    first = min(budget, cap)
-    groups = engine.generate([prompts[k] for k in started], n,
-                             dataclasses.replace(sampling, stop=stops, max_new_tokens=first)) if active else []
+    first = dataclasses.replace(run.sampling, max_new_tokens=min(run.budget, run.cap))
+    groups = engine.generate([run.prompts[k] for k in run.started], n, first) if active else []
     result.generate_seconds += time.perf_counter() - start
-    completions = {k * n + j: group[j] for k, group in zip(started, groups, strict=True) for j in range(n)}
+    completions = {k * n + j: group[j] for k, group in zip(run.started, groups, strict=True) for j in range(n)}
     while active:
         result.rounds += 1
         to_step: list[int] = []
-        goes_on: list[int] = []  # rows that continue without an answer
+        next_active: list[int] = []  # samples that go on (those that need no answer first)
         for i in active:
-            sample, episode, c = samples[i], episodes[i], completions[i]
-            remaining = min(budget - sample.sampled_tokens, cap - len(sample.token_ids))
-            ids, lps, reason = list(c.token_ids), list(c.logprobs), c.finish_reason
-            if len(ids) > remaining:  # the round ran to the longest remaining budget; this row's ends here
-                ids, lps, reason = ids[:remaining], lps[:remaining], "length"
-            begin = len(sample.token_ids)
-            sample.token_ids += ids
-            sample.logprobs += [float(x) for x in lps]
-            sample.response_mask += [1] * len(ids)
-            text_ids = ids[:-1] if reason == "stop" and ids and ids[-1] in eos else ids
-            text = tokenizer.decode(text_ids, skip_special_tokens=False)
-            open_turn[i] += text
-            if same_turn[i]:  # the turn paused at a block that was no call: this stretch goes on the same turn
-                turn = sample.turns[-1]
-                turn.sampled, turn.text, turn.finish_reason = (turn.sampled[0], len(sample.token_ids)), \
-                    turn.text + text, reason
-                same_turn[i] = False
-            else:
-                episode.turns += 1
-                sample.turns.append(Turn((begin, len(sample.token_ids)), text, reason))
-            full = sample.sampled_tokens >= budget or len(sample.token_ids) >= cap
-            if reason == "length" or full and reason != "stop":
-                sample.finish_reason = "length"
-                continue
-            if reason == "stop_sequence" and ids:
-                try:
-                    waits = env.awaits_answer(episode, sample.turns[-1].text)
-                except Exception as e:  # noqa: BLE001 - the environment's bug ends this sample, as failed
-                    sample.episode_reward = EpisodeReward(error=failure_text("awaits_answer", e))
-                    continue
-                if not waits:
-                    same_turn[i] = True  # a closed block that is no call: not answered, costs no turn
-                    goes_on.append(i)
-                    continue
-            if episode.turns >= max_turns and reason != "stop":
-                sample.finish_reason = "max_turns"  # a call the turn budget leaves unanswered
-                continue
-            to_step.append(i)  # the last allowed turn, ended with eos, is shown too: the environment may reward it
-            last_turn[i] = episode.turns >= max_turns
-        replies: list[Reply] = []
+            outcome = run.take(i, completions[i])
+            if outcome == "answer":
+                to_step.append(i)
+            elif outcome == "resume":
+                next_active.append(i)
         if to_step:
-            _set_open_turn(episodes, open_turn, open_msg, to_step)
+            run.prepare(to_step)
             start = time.perf_counter()
-            replies = _step_round(env, [episodes[i] for i in to_step], [samples[i].turns[-1].text for i in to_step],
-                                  [samples[i].turns[-1].finish_reason == "stop_sequence" for i in to_step])
+            replies = run.ask(to_step)
             seconds = time.perf_counter() - start
             result.tool_seconds += seconds
-        next_active = list(goes_on)
-        for i, reply in zip(to_step, replies, strict=True):
-            sample, turn = samples[i], samples[i].turns[-1]
-            turn.calls, turn.tool_seconds = list(reply.calls), seconds
-            if reply.done or reply.error is not None or reply.reward is not None or last_turn[i]:
-                sample.finish_reason = "stop"  # an answer to the last allowed turn is dropped: no turn is left
-                sample.episode_reward = episode_reward(reply)  # (a reward that does not end the episode: an error)
-                continue
-            if reply.text is None and not reply.messages and not reply.calls:  # nothing to answer: the same turn
-                same_turn[i] = True
-                episodes[i].turns -= 1
-                next_active.append(i)
-                continue
-            if reply.text is None and not reply.messages:
-                reply = dataclasses.replace(reply, text="")
-            ids = _reply_ids(tokenizer, env, episodes[i], reply, sample, turn, eos)
-            ids = ids[:cap - len(sample.token_ids)]  # an answer that does not fit is cut at the cap; the sample ends
-            begin = len(sample.token_ids)
-            sample.token_ids += ids
-            sample.logprobs += [0.0] * len(ids)
-            sample.response_mask += [0] * len(ids)
-            turn.answer = (begin, len(sample.token_ids))
-            if reply.text is not None:
-                open_turn[i] += reply.text
-                turn.answer_text = reply.text
-            else:
-                msgs = episodes[i].messages
-                assert isinstance(msgs, list)
-                msgs.extend(copy.deepcopy(reply.messages))  # the assistant's turn is closed
-                open_turn[i], open_msg[i] = "", None
-                turn.answer_text = tokenizer.decode(ids, skip_special_tokens=False)
-            if len(sample.token_ids) >= cap:
-                sample.finish_reason = "length"
-            elif sample.sampled_tokens >= budget:
-                sample.finish_reason = "length"
-            else:
-                next_active.append(i)
+            next_active += [i for i, reply in zip(to_step, replies, strict=True) if run.answer(i, reply, seconds)]
         active = next_active
         if active:
-            remaining = max(min(budget - samples[i].sampled_tokens, cap - len(samples[i].token_ids)) for i in active)
+            longest = max(run.remaining(i) for i in active)
             start = time.perf_counter()
-            outs = engine.generate([samples[i].prompt_ids + samples[i].token_ids for i in active], 1,
-                                   dataclasses.replace(sampling, stop=stops, max_new_tokens=remaining))
+            outs = engine.generate([run.context(i) for i in active], 1,
+                                   dataclasses.replace(run.sampling, max_new_tokens=longest))
             result.generate_seconds += time.perf_counter() - start
             completions = {i: g[0] for i, g in zip(active, outs, strict=True)}
-    _set_open_turn(episodes, open_turn, open_msg, range(len(episodes)), allow_empty=False)
-    for sample, episode in zip(samples, episodes):
-        sample.messages = episode.messages
-    result.groups = [samples[k * n:(k + 1) * n] for k in range(len(rows))]
-    return result
+
+
+def request_seed(base: int, sample: int, request: int) -> int:
+    """The seed of a sample's ``request``-th request in a ``continuous`` rollout: a fixed mix of one draw of torch's
+    RNG (``base``), the sample and the request, in [0, 2**31 - 1), so a sample's draws do not depend on when it came
+    back."""
+    return (base * 1_000_003 + sample * 7_919 + request * 104_729) % (2**31 - 1)
+
+
+def _run_continuous(open_stream: Any, run: _Episodes) -> None:
+    """The ``continuous`` schedule (see :func:`multi_turn_generate`): one request per sample and turn on the engine's
+    stream; the environment answers on a worker thread, one batch at a time, while the engine decodes."""
+    result = run.result
+    base = int(torch.randint(0, 2**31 - 1, (1,)).item())
+    sent = [0] * len(run.samples)  # requests per sample: their seeds
+    waiting: list[int] = []  # samples paused for an answer, not yet given to the environment
+    batch: list[int] = []
+    asked: Future | None = None
+    asked_at = 0.0
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-environment")
+    try:
+        with open_stream() as stream:
+            def send(i: int, max_new_tokens: int) -> None:
+                stream.submit(i, run.context(i), dataclasses.replace(run.sampling, max_new_tokens=max_new_tokens),
+                              request_seed(base, i, sent[i]))
+                sent[i] += 1
+
+            for i in run.first:
+                send(i, min(run.budget, run.cap))
+            while stream.pending() or waiting or asked is not None:
+                if asked is not None and asked.done():
+                    seconds = time.perf_counter() - asked_at
+                    result.tool_seconds += seconds
+                    for i, reply in zip(batch, asked.result(), strict=True):
+                        if run.answer(i, reply, seconds):
+                            send(i, run.remaining(i))
+                    asked = None
+                if asked is None and waiting:
+                    batch, waiting = waiting, []
+                    run.prepare(batch)
+                    result.rounds += 1
+                    asked_at, asked = time.perf_counter(), worker.submit(run.ask, batch)
+                if stream.pending():
+                    start = time.perf_counter()
+                    done = stream.poll(STREAM_POLL_S)
+                    result.generate_seconds += time.perf_counter() - start
+                    for i, c in done:
+                        outcome = run.take(i, c)
+                        if outcome == "answer":
+                            waiting.append(i)
+                        elif outcome == "resume":
+                            send(i, run.remaining(i))
+                elif asked is not None:
+                    wait([asked])
+    finally:
+        worker.shutdown(wait=False, cancel_futures=True)
+
+
+STREAM_POLL_S = 0.05
+"""How long a ``continuous`` rollout waits on the engine before it looks at the environment's batch again (s)."""
 
 
 def _step_round(env: Environment, episodes: list[Episode], messages: list[str], stopped: list[bool]) -> list[Reply]:

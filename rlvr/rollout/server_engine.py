@@ -37,10 +37,12 @@ the count of syncs, not the trainer's step: after a resume the count starts agai
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -330,6 +332,17 @@ class ServerEngine:
                 raise still[0][1]
         return [groups[i] for i in range(len(prompt_token_ids))]
 
+    @contextlib.contextmanager
+    def open_stream(self) -> Iterator[ServerTurnStream]:
+        """Continuous batching for a multi-turn rollout (:class:`~rlvr.rollout.base.TurnStream`): one request per
+        sample and turn, sent when it is submitted (round robin over the servers), each returned as soon as it is
+        answered; the servers batch what they hold continuously. Requests still in flight on exit are dropped."""
+        stream = ServerTurnStream(self)
+        try:
+            yield stream
+        finally:
+            stream.drop()
+
     def _send(self, request: GroupRequest, n: int, submitted: int) -> list[Completion]:
         client = self.clients[request.server]
         answer = client.post(GENERATE_ROUTE, f"to generate (prompt {request.index}, {n} samples)",
@@ -474,3 +487,59 @@ class ServerEngine:
             if self.fleet is not None:
                 self.fleet.close()
                 self.fleet = None
+
+
+class ServerTurnStream:
+    """:meth:`ServerEngine.open_stream`'s stream. A server that stops answering is handled as in
+    :meth:`ServerEngine.generate` (a launched server restarted once and its requests sent again; else the error)."""
+
+    def __init__(self, engine: ServerEngine) -> None:
+        self.engine = engine
+        self.requests: dict[Future, tuple[GroupRequest, int]] = {}  # -> (the request, its version when sent)
+
+    def submit(self, key: int, prompt_token_ids: list[int], sampling: SamplingParams, seed: int) -> None:
+        engine = self.engine
+        check_prompts([prompt_token_ids], 1, sampling.max_new_tokens, engine.max_model_len,
+                      f"the rollout servers' max_model_len={engine.max_model_len} "
+                      "(rollout.vllm_max_model_len, or `rlvr serve --max-model-len`)")
+        with engine._lock:
+            server = engine._next_server
+            engine._next_server = (server + 1) % len(engine.clients)
+            submitted = engine.policy_version
+        self._send(GroupRequest(key, server, {"model": engine.model_name,
+                                              "token_ids": [int(t) for t in prompt_token_ids],
+                                              "sampling_params": sampling_body(1, sampling, seed, engine.eos_ids)}),
+                   submitted)
+
+    def _send(self, request: GroupRequest, submitted: int) -> None:
+        self.requests[self.engine._pool.submit(self.engine._send, request, 1, submitted)] = (request, submitted)
+
+    def poll(self, timeout_s: float) -> list[tuple[int, Completion]]:
+        if not self.requests:
+            return []
+        done, _ = wait(list(self.requests), timeout=timeout_s, return_when=FIRST_COMPLETED)
+        ended, unreachable = [], []
+        for future in done:
+            request, submitted = self.requests.pop(future)
+            try:
+                ended.append((request.index, future.result()[0]))
+            except ServerUnreachable as exc:
+                unreachable.append((request, exc, submitted))
+            except BaseException:
+                self.engine.requests_failed += 1
+                raise
+        if unreachable:
+            self.engine.requests_failed += len(unreachable)
+            self.engine._recover([(request, exc) for request, exc, _ in unreachable])
+            for request, _, submitted in unreachable:
+                self._send(request, submitted)
+        return ended
+
+    def pending(self) -> int:
+        return len(self.requests)
+
+    def drop(self) -> None:
+        """Forget the requests in flight (an error left the rollout); the ones not yet sent are cancelled."""
+        for future in self.requests:
+            future.cancel()
+        self.requests.clear()

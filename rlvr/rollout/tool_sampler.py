@@ -73,7 +73,8 @@ class ToolSampler:
         engine: any rollout engine that honours ``SamplingParams.stop`` (hf, vLLM).
         tokenizer: the policy's tokenizer. env: the environment (:func:`rlvr.tools.loading.build_environment`).
         data: the recipe's ``data`` section (how a row becomes a conversation). shots: the few-shot rows.
-        rollout: the recipe's ``rollout`` section (``max_turns``, the response cap). eos_ids: ids that end a turn.
+        rollout: the recipe's ``rollout`` section (``max_turns``, the response cap, ``turn_scheduling``). eos_ids:
+            ids that end a turn.
         hidden_fields: row fields the environment and the tools never see (:func:`gold_fields`).
         reward_weight: the weight of the environment's episode rewards in the reward sum
             (:func:`rlvr.rollout.environment_rewards.environment_weight`); None: it gives none.
@@ -87,6 +88,7 @@ class ToolSampler:
         self.engine, self.tokenizer, self.env = engine, tokenizer, env
         self.data, self.shots = data, list(shots)
         self.max_turns, self.max_response_tokens = rollout.max_turns, rollout.response_token_cap()
+        self.scheduling = rollout.turn_scheduling
         self.eos_ids = list(eos_ids)
         self.hidden_fields = frozenset(hidden_fields)
         self.reward_weight, self.failure_score = reward_weight, failure_score
@@ -107,7 +109,7 @@ class ToolSampler:
         its turns."""
         out = multi_turn_generate(self.engine, self.tokenizer, self.env, [self.start_row(p) for p in prompts], n,
                                   sampling, max_turns=self.max_turns, eos_ids=self.eos_ids,
-                                  max_response_tokens=self.max_response_tokens)
+                                  max_response_tokens=self.max_response_tokens, scheduling=self.scheduling)
         started = []
         for prompt, group in zip(prompts, out.groups, strict=True):
             ids = group[0].prompt_ids if group and group[0].prompt_ids else prompt.token_ids  # (a failed reset: none)

@@ -31,7 +31,10 @@ executor for one engine per ``torchrun`` rank (``vllm/v1/executor/uniproc_execut
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -271,6 +274,21 @@ class VLLMRolloutEngine:
                 self._sleep()
         return [self._group(i, out, n) for i, out in enumerate(outputs)]
 
+    @contextlib.contextmanager
+    def open_stream(self) -> Iterator[VLLMTurnStream]:
+        """Continuous batching for a multi-turn rollout (:class:`~rlvr.rollout.base.TurnStream`): requests go to the
+        engine's scheduler one by one (``LLMEngine.add_request``) and join the running batch at its next step; what
+        is still in flight on exit is aborted."""
+        self._wake("weights")
+        self._wake("kv_cache")
+        stream = VLLMTurnStream(self)
+        try:
+            yield stream
+        finally:
+            stream.abort()
+            if self.sleep_mode:
+                self._sleep()
+
     def _group(self, index: int, request_output: Any, n: int) -> list[Completion]:
         samples = sorted(request_output.outputs, key=lambda o: o.index)
         if len(samples) != n:
@@ -364,3 +382,49 @@ class VLLMRolloutEngine:
         """Remove the adapter folders this engine wrote (also done at exit)."""
         if self._adapters is not None:
             self._adapters.close()
+
+
+class VLLMTurnStream:
+    """:meth:`VLLMRolloutEngine.open_stream`'s stream: one ``vllm`` request per :meth:`submit` (n = 1, the engine's
+    sampling parameters with the given seed), stepped by :meth:`poll` (one ``LLMEngine.step()``: a scheduler step,
+    prefill of new requests and one decode token of the running ones)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, engine: VLLMRolloutEngine) -> None:
+        from vllm.sampling_params import RequestOutputKind
+
+        self.engine = engine
+        self.core = engine.llm.llm_engine
+        self.final_only = RequestOutputKind.FINAL_ONLY
+        self.keys: dict[str, int] = {}  # request id -> the caller's key
+
+    def submit(self, key: int, prompt_token_ids: list[int], sampling: SamplingParams, seed: int) -> None:
+        engine = self.engine
+        check_prompts([prompt_token_ids], 1, sampling.max_new_tokens, engine.max_model_len,
+                      f"the vLLM engine's max_model_len={engine.max_model_len} (rollout.vllm_max_model_len)")
+        params = engine.sampling_params(1, sampling, seed)
+        params.output_kind = self.final_only
+        request_id = f"rlvr-turn-{next(self._ids)}"
+        self.core.add_request(request_id, {"prompt_token_ids": [int(t) for t in prompt_token_ids]}, params,
+                              lora_request=engine.lora_request)
+        self.keys[request_id] = key
+
+    def poll(self, timeout_s: float) -> list[tuple[int, Completion]]:
+        if not self.keys:
+            return []
+        ended = []
+        for out in self.core.step():
+            if out.finished and out.request_id in self.keys:
+                key = self.keys.pop(out.request_id)
+                ended.append((key, self.engine._group(key, out, 1)[0]))
+        return ended
+
+    def pending(self) -> int:
+        return len(self.keys)
+
+    def abort(self) -> None:
+        """Abort every request still in flight (an error left the rollout)."""
+        if self.keys:
+            self.core.abort_request(list(self.keys))
+            self.keys.clear()

@@ -11,6 +11,7 @@ are resolved when the rollout is built (:func:`rlvr.tools.loading.build_environm
       max_turns: 4                 # assistant turns per sample
       max_tool_output_tokens: 256  # longer outputs are cut in the middle, marked as cut
       call_format: auto            # fenced (```python -> ```output) | hermes (<tool_call> JSON) | auto
+      turn_scheduling: auto        # continuous (vllm, server: a sample goes on once answered) | rounds
       environment: my_envs:Game    # an Environment subclass that answers the turns (and may end with a reward)
       environment_kwargs: {max_guesses: 4}
       environment_sees_gold: false # reset(row) and the tools get the row without its gold fields
@@ -71,6 +72,15 @@ class ToolsConfig(BaseModel):
         "the assistant's turn; any model), ``hermes`` (the chat template's ``<tool_call>`` JSON answered by a tool "
         "message), or ``auto`` (hermes where the chat template mentions ``<tool_call>``, else fenced)."))
 
+    turn_scheduling: Literal["auto", "rounds", "continuous"] = Field("auto", description=(
+        "How multi-turn samples meet the engine. ``rounds``: every unfinished sample is generated together, the "
+        "environment answers the round's paused samples at once, and the next round waits for the slowest sample "
+        "of the last. ``continuous``: each sample is a request of its own on the engine's continuous batching "
+        "(``vllm``, ``server``): a sample whose answer is in goes on while the others still decode, and the "
+        "environment answers on a worker thread while the engine decodes. ``auto``: continuous where the engine "
+        "has it, rounds on ``hf``. Seeds are per sample and turn under ``continuous``; the make-up of the engine's "
+        "batches then depends on timing, so the same seed may give samples that differ where the logits differ in "
+        "the last bits; ``rounds`` repeats a seeded run exactly."))
     environment: str | None = Field(None, description=(
         "An environment that answers the model between its turns, as ``package.module:ClassName`` (a subclass of "
         "``rlvr.tools.Environment``, imported like a verifier's path; a module next to the recipe is found): its "

@@ -65,6 +65,29 @@ def test_prompts_go_round_robin_and_come_back_in_order_with_finish_reasons_and_l
     engine.close()
 
 
+def test_a_stream_sends_one_request_a_sample_round_robin_and_returns_each_as_it_is_answered(fakes):
+    a, b = fakes
+    engine = ServerEngine([a.url, b.url], [EOS])
+    work = {0: ([5, 6], 11), 1: ([5, 6, 7], 12), 2: ([9], 13)}
+    got = {}
+    with engine.open_stream() as stream:
+        for key, (prompt, seed) in work.items():
+            stream.submit(key, prompt, SamplingParams(temperature=0.7, max_new_tokens=6), seed)
+        assert stream.pending() == 3
+        with pytest.raises(ValueError, match="prompt 0 has 60 tokens; with max_new_tokens=6 it exceeds the rollout "
+                                             "servers' max_model_len=64"):
+            stream.submit(3, [1] * 60, SamplingParams(max_new_tokens=6), 0)
+        while stream.pending():
+            got.update(stream.poll(5.0))
+    # each request is one sample (n = 1) with its own seed: sample 0 of the fake server ends with eos
+    assert {k: c.token_ids for k, c in got.items()} == {k: expected(p, seed, 1, 6)[0] for k, (p, seed) in work.items()}
+    assert all(c.finish_reason == "stop" and c.policy_version == 0 for c in got.values())
+    assert sorted(a.generated_prompts()) == [[5, 6], [9]] and b.generated_prompts() == [[5, 6, 7]]
+    bodies = [body["sampling_params"] for s in fakes for path, body in s.calls if path == "/inference/v1/generate"]
+    assert sorted((p["n"], p["seed"]) for p in bodies) == [(1, 11), (1, 12), (1, 13)]
+    engine.close()
+
+
 def test_the_request_carries_the_in_process_engines_sampling_fields(fakes):
     engine = ServerEngine([fakes[0].url], [EOS, 9])
     torch.manual_seed(3)

@@ -45,12 +45,13 @@ def test_vllm_stops_at_the_token_that_completes_a_stop_string(engine_model_tok):
     assert plain.finish_reason in ("stop", "length") and plain.stop_sequence is None
 
 
-def test_multi_turn_on_vllm_keeps_the_sampled_ids_and_logprobs(engine_model_tok):
+@pytest.mark.parametrize("scheduling", ["rounds", "continuous"])
+def test_multi_turn_on_vllm_keeps_the_sampled_ids_and_logprobs(engine_model_tok, scheduling):
     engine, model, tok = engine_model_tok
     torch.manual_seed(0)
     out = multi_turn_generate(engine, tok, Counter(), [{"prompt": "1+2=?"}, {"prompt": "9+9=?"}], 4,
                               SamplingParams(temperature=1.0, max_new_tokens=30), max_turns=3,
-                              eos_ids=[tok.eos_token_id])
+                              eos_ids=[tok.eos_token_id], scheduling=scheduling)
     samples = [s for g in out.groups for s in g]
     assert any(len(s.turns) > 1 for s in samples)
     for s in samples:
@@ -61,3 +62,21 @@ def test_multi_turn_on_vllm_keeps_the_sampled_ids_and_logprobs(engine_model_tok)
             lp, _ = response_logprobs(model, ids, torch.ones_like(ids), len(s.token_ids), temperature=1.0)
         mask = torch.tensor(s.response_mask, dtype=torch.bool)
         assert torch.allclose(lp[0][mask], torch.tensor(s.logprobs)[mask], atol=2e-3)
+
+
+def test_continuous_turns_on_vllm_sample_what_rounds_sample_greedily(engine_model_tok):
+    """Greedy, the two schedules must agree token for token: each request of the continuous schedule joins vLLM's
+    running batch on its own, and its ids are the same as the round's."""
+    engine, _, tok = engine_model_tok
+    rows = [{"prompt": p} for p in ("1+2=?", "9+9=?", "13+4=?:", "7*8=")]
+    outs = {}
+    for scheduling in ("rounds", "continuous"):
+        outs[scheduling] = multi_turn_generate(engine, tok, Counter(), rows, 1,
+                                               SamplingParams(temperature=0, max_new_tokens=30), max_turns=4,
+                                               eos_ids=[tok.eos_token_id], scheduling=scheduling)
+    facts = {k: [(s.token_ids, s.response_mask, [t.finish_reason for t in s.turns]) for g in out.groups for s in g]
+             for k, out in outs.items()}
+    assert facts["continuous"] == facts["rounds"]
+    assert sum(len(s.turns) for g in outs["rounds"].groups for s in g) > len(rows)  # some rows had several turns
+    for a, b in zip(*(sum(out.groups, []) for out in outs.values()), strict=True):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)

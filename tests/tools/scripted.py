@@ -4,7 +4,9 @@ as a real engine does."""
 
 from __future__ import annotations
 
+import contextlib
 import string
+import time
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -170,3 +172,62 @@ class PythonCallEngine(AddToolEngine):
 
     def reply(self, prompt: list[int], j: int, answered: bool) -> str:
         return "so 42" if answered else f"```python\n{self.programs[j % len(self.programs)]}\n```\n"
+
+
+class ContextScriptedEngine:
+    """Samples by context, so that any schedule of the same rollout samples the same texts: a request whose context
+    holds the question ``q`` (a key of ``scripts``) and ``k`` tool answers (```` ```output ```` blocks) samples
+    ``scripts[q][k]`` (a text, and whether eos follows), cut at stop strings and ``max_new_tokens`` as an engine
+    would; log-probs -(position + 1) / 100. ``generate`` answers at once (the ``rounds`` schedule); ``open_stream``
+    is a continuous batch that decodes one token of every request in flight per ``poll`` (``step_s`` seconds each),
+    logging when each request starts and ends (:attr:`events`: ``(what, key, step)``)."""
+
+    def __init__(self, tokenizer, scripts: dict[str, list[tuple[str, bool]]], step_s: float = 0.0):
+        self.tokenizer, self.scripts, self.step_s = tokenizer, scripts, step_s
+        self.steps, self.events, self.seeds = 0, [], []
+
+    def sample(self, context, sampling: SamplingParams) -> Completion:
+        text = self.tokenizer.decode(context)
+        question = next(q for q in self.scripts if q in text)
+        turn = text.count("```output")
+        said, eos = self.scripts[question][min(turn, len(self.scripts[question]) - 1)]
+        ids = self.tokenizer(said, add_special_tokens=False)["input_ids"] + ([self.tokenizer.eos_token_id] if eos
+                                                                             else [])
+        reason, hit = ("stop" if eos else "length"), None
+        found = StopStrings(self.tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
+        if found is not None:
+            ids, hit, reason = ids[:found[0]], found[1], "stop_sequence"
+        if len(ids) > sampling.max_new_tokens:
+            ids, reason, hit = ids[:sampling.max_new_tokens], "length", None
+        return Completion(list(ids), [-(k + 1) / 100 for k in range(len(ids))], reason, hit)
+
+    def generate(self, prompt_token_ids, n, sampling: SamplingParams):
+        return [[self.sample(p, sampling) for _ in range(n)] for p in prompt_token_ids]
+
+    @contextlib.contextmanager
+    def open_stream(self):
+        yield _ScriptedStream(self)
+
+
+class _ScriptedStream:
+    def __init__(self, engine: ContextScriptedEngine):
+        self.engine, self.running = engine, {}
+
+    def submit(self, key, prompt_token_ids, sampling, seed):
+        self.running[key] = [self.engine.sample(prompt_token_ids, sampling), 0]
+        self.engine.events.append(("start", key, self.engine.steps))
+        self.engine.seeds.append((key, seed))
+
+    def poll(self, timeout_s):
+        time.sleep(self.engine.step_s)
+        self.engine.steps += 1
+        ended = []
+        for key, state in list(self.running.items()):
+            state[1] += 1
+            if state[1] >= len(state[0].token_ids):
+                ended.append((key, self.running.pop(key)[0]))
+                self.engine.events.append(("end", key, self.engine.steps))
+        return ended
+
+    def pending(self):
+        return len(self.running)

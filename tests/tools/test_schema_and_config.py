@@ -68,8 +68,8 @@ def test_tools_config_validates_and_imports_no_torch():
 def test_the_tool_keys_are_declared_once_and_the_rollout_section_inherits_them():
     from rlvr.config.schema import RolloutConfig
 
-    keys = ["tools", "max_turns", "max_tool_output_tokens", "call_format", "environment", "environment_kwargs",
-            "environment_sees_gold", "environment_reward_weight"]
+    keys = ["tools", "max_turns", "max_tool_output_tokens", "call_format", "turn_scheduling", "environment",
+            "environment_kwargs", "environment_sees_gold", "environment_reward_weight"]
     assert list(ToolsConfig.model_fields) == keys
     for key in keys:  # the same declaration: type, default, constraints, description
         mine, theirs = RolloutConfig.model_fields[key], ToolsConfig.model_fields[key]
