@@ -366,7 +366,9 @@ class RewardConfig(_Section):
     ``random`` optimises ``random_reward`` (1 with probability 0.5, a hash of the seed, prompt and completion),
     ``format`` a format-only reward (``boxed_format``, or ``format`` for ``data.template: r1``), in place of the
     recipe's verifiers, which stay as gold: logged as ``reward/gold_<label>``, and the held-out pass@1 still uses
-    them. Run it beside the real recipe with the same seeds to show how much of a gain the verifier earned."""
+    them. Run it beside the real recipe with the same seeds to show how much of a gain the verifier earned. Nothing
+    may choose a control's batches by the gold: dynamic sampling must keep groups by ``filter_on: reward`` and the
+    curriculum must not draw by solve rate (``sampler: pools``); the recipe is refused otherwise."""
     rm_weight: float = Field(1.0, allow_inf_nan=False)
     """Multiplies the reward model's score in the optimised reward (``source: reward_model`` or ``both``)."""
 
@@ -1113,6 +1115,16 @@ class Recipe(_Section):
         if self.solved_verifier is None and self.curriculum.sampler == "pools":
             raise ValueError("curriculum.sampler='pools' draws by solve rate, which needs a verifier: list one "
                              "(optimise: false is enough) or use sampler: epoch")
+        if self.reward.control != "none":  # a control's samples must not be picked by the gold answer's outcome
+            ds = self.algorithm.dynamic_sampling
+            picks = ["algorithm.dynamic_sampling.filter_on='solved'"] if ds.enabled and ds.filter_on == "solved" else []
+            picks += ["curriculum.sampler='pools'"] if self.curriculum.sampler == "pools" else []
+            if picks:
+                raise ValueError(f"reward.control={self.reward.control!r} with {' and '.join(picks)}: the solved flag "
+                                 "comes from the recipe's verifiers (the gold), so the control's batches would be "
+                                 "chosen by correctness and it would no longer be a control; set "
+                                 "algorithm.dynamic_sampling.filter_on: reward (groups kept by the control's own "
+                                 "reward) and curriculum.sampler: epoch")
         if self.reward.source == "verifiers" and not any(v.optimise for v in self.verifiers) and not environment:
             raise ValueError("every verifier has optimise: false and reward.source='verifiers': nothing is optimised; "
                              "set optimise: true on one, or reward.source: reward_model")

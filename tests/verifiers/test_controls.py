@@ -32,3 +32,16 @@ def test_a_control_run_optimises_the_control_and_keeps_the_recipes_verifiers_as_
     assert [(s.name, s.weight) for s in specs] == [("math", 0.0), ("boxed_format", 0.0), (name, 1.0)]
     assert specs[-1].kwargs == kwargs
     assert [(s.name, s.weight) for s in verifier_specs(_recipe())] == [("math", 1.0), ("boxed_format", 0.1)]
+
+
+def test_a_control_whose_batches_the_gold_would_choose_is_refused():
+    raw = {"seed": 7, "model": {"name": "x"}, "data": {"source": {"type": "jsonl", "path": "d.jsonl"}},
+           "verifiers": [{"name": "math"}], "reward": {"control": "random"}}
+    with pytest.raises(ValueError, match="reward.control='random' with algorithm.dynamic_sampling.filter_on='solved': "
+                                         "the solved flag comes from the recipe's verifiers"):
+        resolve({**raw, "algorithm": {"dynamic_sampling": {"enabled": True}}})
+    with pytest.raises(ValueError, match="with curriculum.sampler='pools'"):
+        resolve({**raw, "curriculum": {"sampler": "pools"}})
+    ok = resolve({**raw, "algorithm": {"dynamic_sampling": {"enabled": True, "filter_on": "reward"}}})
+    assert ok.algorithm.dynamic_sampling.filter_on == "reward"
+    assert resolve({**raw, "reward": {}, "algorithm": {"dynamic_sampling": {"enabled": True}}})  # a real run may
