@@ -17,6 +17,11 @@ handed on as truncated (:meth:`MultiTurnSample.to_completion`), never as a norma
 with eos is still shown to the environment, which may end the episode there with a reward; an answer it gives to
 that turn is dropped (no turn is left for it).
 
+Continuous batching across turns (``scheduling="continuous"``, the default on the vLLM and server engines): the same
+rules per sample, without the rounds: every sample's turn is a request of its own on the engine's scheduler, a
+sample whose call is answered goes on at once instead of waiting for the slowest sample of its round, and the
+environment answers on a worker thread while the engine decodes (:func:`multi_turn_generate`).
+
 Token in, token out: the ids the model sampled are kept verbatim (never decoded and re-encoded). An answer's ids are
 ``template(prefix + messages) - template(prefix)`` (``prefix``: the conversation with the assistant's turn still
 open, ``continue_final_message``), after checking that ``template(prefix)``'s ids are a prefix of the longer one
