@@ -145,8 +145,15 @@ class MultiTurnRollout:
 
     groups: list[list[MultiTurnSample]]
     generate_seconds: float = 0.0
+    """Seconds in the engine (under ``continuous`` scheduling: in its polls, while the environment may be answering
+    too)."""
     tool_seconds: float = 0.0
+    """Seconds the environment took to answer, summed over its batches (``tools/seconds``)."""
+    tool_wait_seconds: float = 0.0
+    """Seconds the rollout waited for the environment with nothing decoding: all of ``tool_seconds`` in rounds; under
+    ``continuous`` scheduling only the waits when every unfinished sample was waiting for an answer."""
     rounds: int = 0
+    """Generation rounds (``rounds`` scheduling) or the environment's batches (``continuous``)."""
 
     def metrics(self) -> dict[str, float]:
         """``tools/*`` metrics of this rollout."""
@@ -442,6 +449,7 @@ def _run_rounds(engine: RolloutEngine, run: _Episodes) -> None:
             replies = run.ask(to_step)
             seconds = time.perf_counter() - start
             result.tool_seconds += seconds
+            result.tool_wait_seconds += seconds
             next_active += [i for i, reply in zip(to_step, replies, strict=True) if run.answer(i, reply, seconds)]
         active = next_active
         if active:
@@ -503,8 +511,10 @@ def _run_continuous(open_stream: Any, run: _Episodes) -> None:
                             waiting.append(i)
                         elif outcome == "resume":
                             send(i, run.remaining(i))
-                elif asked is not None:
+                elif asked is not None:  # every unfinished sample waits for the environment
+                    start = time.perf_counter()
                     wait([asked])
+                    result.tool_wait_seconds += time.perf_counter() - start
     finally:
         worker.shutdown(wait=False, cancel_futures=True)
 

@@ -32,7 +32,8 @@ def rollout(engine: RolloutEngine, curriculum: Curriculum, train_prompts: list[P
             timer: StageTimer | None = None) -> RolloutBatch:
     """Draw ``num_prompts`` training prompts from the curriculum (this rank's share of them) and sample G completions
     for each with ``engine``, at the curriculum's length limit for ``step``; with ``tools``, multi-turn samples
-    (their sampled-token masks and trajectories in the batch, the tool calls' seconds on ``timer`` as ``tools``)."""
+    (their sampled-token masks and trajectories in the batch, on ``timer`` as ``tools`` the seconds the rollout
+    waited for the tool calls and the environment with nothing decoding)."""
     g = config.group_size
     indices = curriculum.sample(num_prompts, step)[dist.rank::dist.world_size]
     prompts = [train_prompts[i] for i in indices]
@@ -43,7 +44,7 @@ def rollout(engine: RolloutEngine, curriculum: Curriculum, train_prompts: list[P
             return RolloutBatch(prompts=[], completions=[], group_size=g, texts=[])
         out = tools.generate(prompts, g, sampling)
         if timer is not None:
-            timer.add("tools", out.rollout.tool_seconds)
+            timer.add("tools", out.rollout.tool_wait_seconds)
         return RolloutBatch(prompts=out.prompts, completions=out.completions, group_size=g, texts=out.texts,
                             sampled_masks=out.masks, trajectories=out.trajectories,
                             episode_rewards=out.episode_rewards)

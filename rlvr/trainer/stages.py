@@ -2,8 +2,9 @@
 
 The names are shared by the trainer's ``step()``, the timers and the metric prefixes.
 ``update`` is the policy's update; ``update_critic`` (PPO only) the critic's, timed inside it and not counted in it;
-``tools`` (``rollout.tools`` or ``rollout.environment`` only) the time the tool calls and the environment took to
-answer, inside ``rollout`` and not counted in it.
+``tools`` (``rollout.tools`` or ``rollout.environment`` only) the time the rollout waited for the tool calls and the
+environment to answer, inside ``rollout`` and not counted in it (under ``rollout.turn_scheduling: continuous`` only
+the waits with nothing decoding: the environment answers while the engine decodes).
 With ``rollout.max_off_policy_steps`` >= 1, ``rollout``, ``tools`` and ``reward`` run in the collector's thread while
 the trainer works (metrics ``rollout/collector_<stage>_s``), and the step has ``rollout_wait`` instead: the seconds the
 trainer waited for its batch.

@@ -78,6 +78,10 @@ def test_an_answered_sample_goes_on_while_a_slower_one_still_decodes_its_first_t
     assert out.groups[0][0].final_text == "It is 2." and out.groups[1][0].final_text == "It is 4."
     # continuous: rounds counts the environment's batches (each sample's call, then its last turn, ended by eos)
     assert out.rounds == 4 and len(tool.batches) == 2
+    # the first batch ran while the long sample decoded: the rollout waited for the environment only part of its time
+    assert out.tool_seconds >= 2 * 0.05 and out.tool_wait_seconds < out.tool_seconds - 0.04
+    _, _, rounds = _rollout("rounds", n=1, tool_s=0.05)
+    assert rounds.tool_wait_seconds == rounds.tool_seconds >= 0.05  # one batch: both calls of the round
 
 
 def test_request_seeds_depend_on_the_sample_and_request_only():
