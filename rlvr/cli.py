@@ -18,14 +18,18 @@
 `make demo` runs the CPU demo (about 15 minutes on 2 cores): a progress line per step, then ``runs/demo/summary.json``
 with the held-out pass@1 before and after, and ``runs/demo/plots/curves.png``.
 Under a launcher (``torchrun --nproc_per_node 8 -m rlvr.cli train ...``) every rank runs the same command.
+
+A command that seems stuck prints every thread's stack to stderr on ``kill -USR1 PID`` and goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -299,6 +303,17 @@ def _disk_full_is_the_main_threads_to_report(args: threading.ExceptHookArgs) -> 
     threading.__excepthook__(args)
 
 
+def stacks_on_sigusr1() -> bool:
+    """``kill -USR1 PID`` prints every thread's Python stack to stderr (``faulthandler``) and the command goes on:
+    where a run that seems stuck waits. Not where SIGUSR1 already has a handler (a launcher's, a library's) or the
+    platform has no SIGUSR1; returns whether it was registered."""
+    usr1 = getattr(signal, "SIGUSR1", None)
+    if usr1 is None or signal.getsignal(usr1) not in (signal.SIG_DFL, None):
+        return False
+    faulthandler.register(usr1, file=sys.stderr, all_threads=True, chain=False)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
@@ -306,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     configure(verbose=args.verbose)
     threading.excepthook = _disk_full_is_the_main_threads_to_report
+    stacks_on_sigusr1()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

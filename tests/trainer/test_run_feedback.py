@@ -136,7 +136,8 @@ def test_failure_streaks_count_steps_above_the_failure_rate_and_reset_below_it()
 
 
 def test_ctrl_c_is_one_line_that_says_how_to_continue(tiny, tmp_path):
-    """SIGINT in the middle of a run: no traceback, exit code 130, the step reached and the command that continues."""
+    """SIGINT in the middle of a run: no traceback, exit code 130, the step reached and the command that continues;
+    SIGUSR1 before it prints every thread's stack and the run goes on."""
     import os
     import signal
     import subprocess
@@ -154,10 +155,20 @@ def test_ctrl_c_is_one_line_that_says_how_to_continue(tiny, tmp_path):
     deadline = time.monotonic() + 280
     while not list((run / "checkpoints").glob("step-2")) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
+    proc.send_signal(signal.SIGUSR1)  # every thread's stack to stderr; the run goes on
+    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # say where it waits
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3.0)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the run did not exit within 120 s of SIGINT; its threads then:\n{err[-8000:]}")
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
+    assert "Current thread 0x" in err and "(most recent call first)" in err  # the SIGUSR1 dump
     (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
     assert line.startswith("interrupted at step ") and f"-o {run} --resume` continues from it" in line, line
 
