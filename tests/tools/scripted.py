@@ -41,16 +41,22 @@ class ScriptedEngine:
     def generate(self, prompt_token_ids, n, sampling: SamplingParams):
         self.calls.append((list(map(list, prompt_token_ids)), n, sampling))
         text, eos = self.script[min(len(self.calls) - 1, len(self.script) - 1)]
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + ([self.tokenizer.eos_token_id] if eos
-                                                                             else [])
-        reason, hit = ("stop" if eos else "length"), None
-        found = StopStrings(self.tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
-        if found is not None:
-            ids, hit, reason = ids[:found[0]], found[1], "stop_sequence"
-        if len(ids) > sampling.max_new_tokens:
-            ids, reason, hit = ids[:sampling.max_new_tokens], "length", None
-        lps = [-(k + 1) / 100 for k in range(len(ids))]
-        return [[Completion(list(ids), list(lps), reason, hit) for _ in range(n)] for _ in prompt_token_ids]
+        c = scripted_completion(self.tokenizer, text, eos, sampling)
+        return [[Completion(list(c.token_ids), list(c.logprobs), c.finish_reason, c.stop_sequence) for _ in range(n)]
+                for _ in prompt_token_ids]
+
+
+def scripted_completion(tokenizer, text: str, eos: bool, sampling: SamplingParams) -> Completion:
+    """``text`` (and an eos when ``eos``) as an engine would return it: cut at the first stop string and at
+    ``max_new_tokens``; log-probs -(position + 1) / 100."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if eos else [])
+    reason, hit = ("stop" if eos else "length"), None
+    found = StopStrings(tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
+    if found is not None:
+        ids, hit, reason = ids[:found[0]], found[1], "stop_sequence"
+    if len(ids) > sampling.max_new_tokens:
+        ids, reason, hit = ids[:sampling.max_new_tokens], "length", None
+    return Completion(list(ids), [-(k + 1) / 100 for k in range(len(ids))], reason, hit)
 
 
 class EchoTool:
@@ -191,15 +197,7 @@ class ContextScriptedEngine:
         question = next(q for q in self.scripts if q in text)
         turn = text.count("```output")
         said, eos = self.scripts[question][min(turn, len(self.scripts[question]) - 1)]
-        ids = self.tokenizer(said, add_special_tokens=False)["input_ids"] + ([self.tokenizer.eos_token_id] if eos
-                                                                             else [])
-        reason, hit = ("stop" if eos else "length"), None
-        found = StopStrings(self.tokenizer, sampling.stop).first_stop(ids) if sampling.stop else None
-        if found is not None:
-            ids, hit, reason = ids[:found[0]], found[1], "stop_sequence"
-        if len(ids) > sampling.max_new_tokens:
-            ids, reason, hit = ids[:sampling.max_new_tokens], "length", None
-        return Completion(list(ids), [-(k + 1) / 100 for k in range(len(ids))], reason, hit)
+        return scripted_completion(self.tokenizer, said, eos, sampling)
 
     def generate(self, prompt_token_ids, n, sampling: SamplingParams):
         return [[self.sample(p, sampling) for _ in range(n)] for p in prompt_token_ids]
