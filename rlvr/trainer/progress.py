@@ -173,10 +173,13 @@ class CollapseWatch:
         else:
             what = (f"the policy's entropy has been under {self.entropy_floor:g} nats a token for {self._low} steps "
                     f"(it samples one answer)")
-        return (f"WARNING: the run has stopped learning at step {step}: {what}; try a KL or entropy term "
-                f"(algorithm.kl.beta, algorithm.entropy_coef), a lower optim.lr, a larger rollout.group_size or "
-                f"temperature, dynamic sampling, or prompts nearer a 50% solve rate (trainer.stop_on_collapse ends a "
-                f"run here)")
+        # dynamic sampling first: on the CPU demo's collapsing seed it learned where a KL penalty did not
+        # (benchmarks/results/demo_seeds.md)
+        return (f"WARNING: the run has stopped learning at step {step}: {what}; try dynamic sampling "
+                f"(algorithm.dynamic_sampling.enabled: true, which trains on groups whose rewards differ), a larger "
+                f"rollout.group_size or temperature, prompts nearer a 50% solve rate, a lower optim.lr, or a KL or "
+                f"entropy term (algorithm.kl.beta, algorithm.entropy_coef) (trainer.stop_on_collapse ends a run "
+                f"here)")
 
 
 class TrainProgress:
