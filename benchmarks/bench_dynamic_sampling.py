@@ -32,7 +32,8 @@ from rlvr.runs.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
-ARMS = {"plain": [], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
+# recipes/demo.yaml samples dynamically (filter_on: reward, the same as solved there): the plain arm turns it off
+ARMS = {"plain": ["algorithm.dynamic_sampling.enabled=false"], "dynamic": ["algorithm.dynamic_sampling.enabled=true"],
         "dynamic-unscaled": ["algorithm.dynamic_sampling.enabled=true",
                              "algorithm.dynamic_sampling.scale_unfilled=false"],
         # no refill: plain GRPO minus the zero-variance groups in the update (the same steps and tokens)

@@ -116,8 +116,10 @@ def common_sets(args: argparse.Namespace, seed: int) -> list[str]:
 def train_rlvr(args: argparse.Namespace, seed: int, work: Path) -> dict:
     """``rlvr train recipes/demo.yaml`` to the CPU budget (no evals inside; the common evaluator runs after)."""
     run_dir = work / f"rlvr-seed{seed}"
+    # the same algorithm on both sides: TRL's GRPOTrainer has no dynamic sampling, which recipes/demo.yaml turns on
     sets = ["--set", f"trainer.max_cpu_seconds={args.cpu_budget}", "--set", f"trainer.steps={args.max_steps}",
-            "--set", "eval.enabled=false", "--set", "trainer.save_every=0"]
+            "--set", "eval.enabled=false", "--set", "trainer.save_every=0",
+            "--set", "algorithm.dynamic_sampling.enabled=false"]
     cmd = [sys.executable, "-m", "rlvr.cli", "train", str(RECIPE), "-o", str(run_dir), "--overwrite",
            *common_sets(args, seed), *sets]
     wall, cpu = run_measured(cmd, work / f"rlvr-seed{seed}.log", {**ENV, "PYTHONPATH": str(REPO)}, args.reuse)
@@ -181,7 +183,8 @@ def render(raw: dict) -> str:
     m = raw["machine"]
     lines += [f"Held-out pass@1 after the same budget of **{raw['cpu_budget_s']:.0f} CPU seconds** of training "
               f"(user + system of the training process and its live workers, from the first step; model loading and "
-              f"evals not counted), `recipes/demo.yaml` settings on both sides, {raw['threads']} torch thread, "
+              f"evals not counted), `recipes/demo.yaml` settings on both sides (rlvr without its dynamic sampling), "
+              f"{raw['threads']} torch thread, "
               f"precision {raw['precision']}. CPU: {m['cpu']['model']}, flags {', '.join(m['cpu']['flags'])}, "
               f"{m['cpu']['cores']} cores shared with other jobs (1-min load {raw['load_1m_range'][0]:.1f}-"
               f"{raw['load_1m_range'][1]:.1f} during the runs). Each model is scored by `rlvr eval` on its seed's "
