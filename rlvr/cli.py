@@ -310,8 +310,13 @@ def stacks_on_sigusr1() -> bool:
     usr1 = getattr(signal, "SIGUSR1", None)
     if usr1 is None or signal.getsignal(usr1) not in (signal.SIG_DFL, None):
         return False
-    faulthandler.register(usr1, file=sys.stderr, all_threads=True, chain=False)
-    return True
+    for stream in (sys.stderr, sys.__stderr__):  # a replaced stderr (captured output) may have no file descriptor
+        try:
+            faulthandler.register(usr1, file=stream, all_threads=True, chain=False)
+            return True
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+            continue
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:
