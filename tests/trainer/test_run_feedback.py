@@ -147,8 +147,11 @@ def test_ctrl_c_is_one_line_that_says_how_to_continue(tiny, tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(tiny_recipe(*tiny, trainer={"steps": 500, "save_every": 1})))
     run = tmp_path / "run"
+    # a shell that starts jobs in the background (nohup, `&` in a script) hands them SIGINT ignored, and Python keeps
+    # an ignored SIGINT ignored: the run gets the default disposition back, as a terminal's Ctrl-C would find it
     proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", str(recipe), "-o", str(run)],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             env={**{k: v for k, v in os.environ.items()  # in-process trainers' rendezvous
                                     if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")},
                                  "PYTHONPATH": os.getcwd()})
