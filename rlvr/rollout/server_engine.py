@@ -308,21 +308,12 @@ class ServerEngine:
             rlvr.rollout.server_client.ServerError: a server refused a request, answered malformed, or stopped
                 answering (after the one restart of a server rlvr started); the message names it.
         """
-        check_prompts(prompt_token_ids, n, sampling.max_new_tokens, self.max_model_len,
-                      f"the rollout servers' max_model_len={self.max_model_len} "
-                      "(rollout.vllm_max_model_len, or `rlvr serve --max-model-len`)")
+        self.check_prompts(prompt_token_ids, n, sampling.max_new_tokens)
         if not prompt_token_ids:
             return []
         # one seed per prompt from torch's RNG, as the in-process engine draws them: the same seeds, the same samples
         seeds = torch.randint(0, 2**31 - 1, (len(prompt_token_ids),)).tolist()
-        with self._lock:
-            start = self._next_server
-            self._next_server = (start + len(prompt_token_ids)) % len(self.clients)
-            submitted = self.policy_version
-        requests = [GroupRequest(i, (start + i) % len(self.clients),
-                                 {"model": self.model_name, "token_ids": [int(t) for t in p],
-                                  "sampling_params": sampling_body(n, sampling, s, self.eos_ids)})
-                    for i, (p, s) in enumerate(zip(prompt_token_ids, seeds, strict=True))]
+        requests, submitted = self._requests(prompt_token_ids, n, sampling, seeds)
         groups: dict[int, list[Completion]] = {}
         failed = self._run(requests, n, submitted, groups)
         if failed:
@@ -331,6 +322,25 @@ class ServerEngine:
             if still:
                 raise still[0][1]
         return [groups[i] for i in range(len(prompt_token_ids))]
+
+    def check_prompts(self, prompt_token_ids: list[list[int]], n: int, max_new_tokens: int) -> None:
+        """:func:`rlvr.rollout.base.check_prompts` against the servers' ``max_model_len``."""
+        check_prompts(prompt_token_ids, n, max_new_tokens, self.max_model_len,
+                      f"the rollout servers' max_model_len={self.max_model_len} "
+                      "(rollout.vllm_max_model_len, or `rlvr serve --max-model-len`)")
+
+    def _requests(self, prompt_token_ids: list[list[int]], n: int, sampling: SamplingParams, seeds: list[int],
+                  first_index: int = 0) -> tuple[list[GroupRequest], int]:
+        """One request per prompt (indices from ``first_index``), round robin over the servers from where the last
+        call stopped, and the weight version they are sent at."""
+        with self._lock:
+            start = self._next_server
+            self._next_server = (start + len(prompt_token_ids)) % len(self.clients)
+            submitted = self.policy_version
+        return [GroupRequest(first_index + i, (start + i) % len(self.clients),
+                             {"model": self.model_name, "token_ids": [int(t) for t in p],
+                              "sampling_params": sampling_body(n, sampling, s, self.eos_ids)})
+                for i, (p, s) in enumerate(zip(prompt_token_ids, seeds, strict=True))], submitted
 
     @contextlib.contextmanager
     def open_stream(self) -> Iterator[ServerTurnStream]:
@@ -498,18 +508,9 @@ class ServerTurnStream:
         self.requests: dict[Future, tuple[GroupRequest, int]] = {}  # -> (the request, its version when sent)
 
     def submit(self, key: int, prompt_token_ids: list[int], sampling: SamplingParams, seed: int) -> None:
-        engine = self.engine
-        check_prompts([prompt_token_ids], 1, sampling.max_new_tokens, engine.max_model_len,
-                      f"the rollout servers' max_model_len={engine.max_model_len} "
-                      "(rollout.vllm_max_model_len, or `rlvr serve --max-model-len`)")
-        with engine._lock:
-            server = engine._next_server
-            engine._next_server = (server + 1) % len(engine.clients)
-            submitted = engine.policy_version
-        self._send(GroupRequest(key, server, {"model": engine.model_name,
-                                              "token_ids": [int(t) for t in prompt_token_ids],
-                                              "sampling_params": sampling_body(1, sampling, seed, engine.eos_ids)}),
-                   submitted)
+        self.engine.check_prompts([prompt_token_ids], 1, sampling.max_new_tokens)
+        [request], submitted = self.engine._requests([prompt_token_ids], 1, sampling, [seed], first_index=key)
+        self._send(request, submitted)
 
     def _send(self, request: GroupRequest, submitted: int) -> None:
         self.requests[self.engine._pool.submit(self.engine._send, request, 1, submitted)] = (request, submitted)

@@ -256,38 +256,45 @@ class VLLMRolloutEngine:
                 ``max_model_len`` (named by index and length).
             RuntimeError: vLLM returned a group of the wrong size or a token without its logprob.
         """
-        check_prompts(prompt_token_ids, n, sampling.max_new_tokens, self.max_model_len,
-                      f"the vLLM engine's max_model_len={self.max_model_len} (rollout.vllm_max_model_len)")
+        self.check_prompts(prompt_token_ids, n, sampling.max_new_tokens)
         if not prompt_token_ids:
             return []
         # one seed per prompt from torch's RNG (seeded per rank, saved in checkpoints): reproducible across resume
         seeds = torch.randint(0, 2**31 - 1, (len(prompt_token_ids),)).tolist()
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
         params = [self.sampling_params(n, sampling, s) for s in seeds]
+        adapter = {"lora_request": self.lora_request} if self.lora_request is not None else {}
+        with self._awake():
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, **adapter)
+        return [self._group(i, out, n) for i, out in enumerate(outputs)]
+
+    def check_prompts(self, prompt_token_ids: list[list[int]], n: int, max_new_tokens: int) -> None:
+        """:func:`rlvr.rollout.base.check_prompts` against this engine's ``max_model_len``."""
+        check_prompts(prompt_token_ids, n, max_new_tokens, self.max_model_len,
+                      f"the vLLM engine's max_model_len={self.max_model_len} (rollout.vllm_max_model_len)")
+
+    @contextlib.contextmanager
+    def _awake(self) -> Iterator[None]:
+        """Weights and KV cache awake for generating; asleep again after, in sleep mode."""
         self._wake("weights")
         self._wake("kv_cache")
-        adapter = {"lora_request": self.lora_request} if self.lora_request is not None else {}
         try:
-            outputs = self.llm.generate(prompts, params, use_tqdm=False, **adapter)
+            yield
         finally:
             if self.sleep_mode:
                 self._sleep()
-        return [self._group(i, out, n) for i, out in enumerate(outputs)]
 
     @contextlib.contextmanager
     def open_stream(self) -> Iterator[VLLMTurnStream]:
         """Continuous batching for a multi-turn rollout (:class:`~rlvr.rollout.base.TurnStream`): requests go to the
         engine's scheduler one by one (``LLMEngine.add_request``) and join the running batch at its next step; what
         is still in flight on exit is aborted."""
-        self._wake("weights")
-        self._wake("kv_cache")
-        stream = VLLMTurnStream(self)
-        try:
-            yield stream
-        finally:
-            stream.abort()
-            if self.sleep_mode:
-                self._sleep()
+        with self._awake():
+            stream = VLLMTurnStream(self)
+            try:
+                yield stream
+            finally:
+                stream.abort()
 
     def _group(self, index: int, request_output: Any, n: int) -> list[Completion]:
         samples = sorted(request_output.outputs, key=lambda o: o.index)
@@ -401,8 +408,7 @@ class VLLMTurnStream:
 
     def submit(self, key: int, prompt_token_ids: list[int], sampling: SamplingParams, seed: int) -> None:
         engine = self.engine
-        check_prompts([prompt_token_ids], 1, sampling.max_new_tokens, engine.max_model_len,
-                      f"the vLLM engine's max_model_len={engine.max_model_len} (rollout.vllm_max_model_len)")
+        engine.check_prompts([prompt_token_ids], 1, sampling.max_new_tokens)
         params = engine.sampling_params(1, sampling, seed)
         params.output_kind = self.final_only
         request_id = f"rlvr-turn-{next(self._ids)}"
