@@ -18,9 +18,9 @@ trainer's own sampling; the two sides alternate run by run (the first side swaps
 the base model per seed, is scored by ``rlvr eval`` (128 held-out prompts x k=4 at temperature 1, the eval seed of the
 recipe), so the metric is the same code on both sides.
 
-Each budget has its own files: ``benchmarks/results/learning_vs_trl-<budget>.json`` (every run, step and eval;
-rewritten after each stage, so ``--reuse`` continues an interrupted invocation) and ``learning_vs_trl-<budget>.md``,
-and its own work folder. The section between the ``learning-vs-trl`` markers of ``benchmarks/RESULTS.md`` (the rest
+Each budget has its own files: ``benchmarks/results/learning_vs_trl-<budget>[-dynamic].json`` (every run, step and
+eval; rewritten after each stage, so ``--reuse`` continues an interrupted invocation; ``-dynamic``: rlvr's side with
+the recipe's dynamic sampling, the default) and the ``.md`` of the same name, and its own work folder. The section between the ``learning-vs-trl`` markers of ``benchmarks/RESULTS.md`` (the rest
 of that file is left as it is) holds a summary over every budget measured, then each budget's tables.
 """
 
@@ -47,9 +47,13 @@ RECIPE = REPO / "recipes" / "demo.yaml"
 RESULTS_DIR = HERE / "results"
 
 
-def raw_path(budget: float) -> Path:
-    """The raw data of one CPU-second budget."""
-    return RESULTS_DIR / f"learning_vs_trl-{budget:g}.json"
+def raw_path(budget: float, dynamic_sampling: bool) -> Path:
+    """The raw data of one CPU-second budget, with or without rlvr's dynamic sampling."""
+    return RESULTS_DIR / f"learning_vs_trl-{budget:g}{'-dynamic' if dynamic_sampling else ''}.json"
+
+
+def raw_file(raw: dict) -> Path:
+    return raw_path(raw["cpu_budget_s"], raw.get("rlvr_dynamic_sampling", False))
 
 
 def paired_differences(raw: dict) -> list[tuple[int, float]]:
@@ -116,10 +120,10 @@ def common_sets(args: argparse.Namespace, seed: int) -> list[str]:
 def train_rlvr(args: argparse.Namespace, seed: int, work: Path) -> dict:
     """``rlvr train recipes/demo.yaml`` to the CPU budget (no evals inside; the common evaluator runs after)."""
     run_dir = work / f"rlvr-seed{seed}"
-    # the same algorithm on both sides: TRL's GRPOTrainer has no dynamic sampling, which recipes/demo.yaml turns on
     sets = ["--set", f"trainer.max_cpu_seconds={args.cpu_budget}", "--set", f"trainer.steps={args.max_steps}",
-            "--set", "eval.enabled=false", "--set", "trainer.save_every=0",
-            "--set", "algorithm.dynamic_sampling.enabled=false"]
+            "--set", "eval.enabled=false", "--set", "trainer.save_every=0"]
+    if not args.rlvr_dynamic_sampling:  # the recipe turns it on; TRL's GRPOTrainer has none
+        sets += ["--set", "algorithm.dynamic_sampling.enabled=false"]
     cmd = [sys.executable, "-m", "rlvr.cli", "train", str(RECIPE), "-o", str(run_dir), "--overwrite",
            *common_sets(args, seed), *sets]
     wall, cpu = run_measured(cmd, work / f"rlvr-seed{seed}.log", {**ENV, "PYTHONPATH": str(REPO)}, args.reuse)
@@ -176,14 +180,23 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return m, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
 
 
+def ds_words(raw: dict) -> str:
+    """How the rlvr side sampled (files written before the setting existed ran it off)."""
+    if raw.get("rlvr_dynamic_sampling", False):
+        return ("rlvr with the recipe's dynamic sampling, which TRL's GRPOTrainer lacks: groups whose samples all "
+                "scored the same are replaced by new ones, and their generation is inside the budget")
+    return "rlvr without its dynamic sampling, as TRL's GRPOTrainer has none"
+
+
 def render(raw: dict) -> str:
     """The markdown section: per-side means over seeds, the paired difference, and one row per run."""
     runs = [r for r in raw["runs"] if "eval" in r]
-    lines = [f"### {raw['cpu_budget_s']:g} CPU seconds", ""]
+    dynamic = raw.get("rlvr_dynamic_sampling", False)
+    lines = [f"### {raw['cpu_budget_s']:g} CPU seconds{', rlvr with dynamic sampling' if dynamic else ''}", ""]
     m = raw["machine"]
     lines += [f"Held-out pass@1 after the same budget of **{raw['cpu_budget_s']:.0f} CPU seconds** of training "
               f"(user + system of the training process and its live workers, from the first step; model loading and "
-              f"evals not counted), `recipes/demo.yaml` settings on both sides (rlvr without its dynamic sampling), "
+              f"evals not counted), `recipes/demo.yaml` settings on both sides ({ds_words(raw)}), "
               f"{raw['threads']} torch thread, "
               f"precision {raw['precision']}. CPU: {m['cpu']['model']}, flags {', '.join(m['cpu']['flags'])}, "
               f"{m['cpu']['cores']} cores shared with other jobs (1-min load {raw['load_1m_range'][0]:.1f}-"
@@ -227,7 +240,7 @@ def render(raw: dict) -> str:
               "Commands (`--reuse` continues with the finished runs of the same settings): " + "; ".join(
                   f"`python benchmarks/bench_learning_vs_trl.py {' '.join(a)}`" for a in raw.get("invocations",
                                                                                                [raw["argv"]])) +
-              f". Raw data: `benchmarks/results/{raw_path(raw['cpu_budget_s']).name}`."]
+              f". Raw data: `benchmarks/results/{raw_file(raw).name}`."]
     return "\n".join(lines) + "\n"
 
 
@@ -235,8 +248,9 @@ def render_summary(raws: list[dict]) -> str:
     """The RESULTS.md section: one line per budget (each side's mean pass@1 and steps, the paired difference in
     standard errors), then each budget's own tables (:func:`render`)."""
     lines = [MARK_START, "## Learning per unit of compute: rlvr vs TRL on the CPU demo", "",
-             "| CPU s budget | seeds | base pass@1 | rlvr pass@1 | TRL pass@1 | steps rlvr / TRL | "
-             "rlvr - TRL (paired) | in s.e. |", "| ---: | ---: | --- | --- | --- | --- | --- | ---: |"]
+             "| CPU s budget | rlvr dynamic sampling | seeds | base pass@1 | rlvr pass@1 | TRL pass@1 | "
+             "steps rlvr / TRL | rlvr - TRL (paired) | in s.e. |",
+             "| ---: | --- | ---: | --- | --- | --- | --- | --- | ---: |"]
     for raw in raws:
         runs = [r for r in raw["runs"] if "eval" in r]
         side = {s: [r for r in runs if r["side"] == s] for s in SIDES}
@@ -247,7 +261,8 @@ def render_summary(raws: list[dict]) -> str:
         base = [i["base_eval"]["pass_at_1"] for i in raw.get("seeds", {}).values() if "base_eval" in i]
         pairs = paired_differences(raw)
         d, ds = mean_se([x for _, x in pairs]) if pairs else (float("nan"), float("nan"))
-        lines.append(f"| {raw['cpu_budget_s']:g} | {len(pairs)} | "
+        lines.append(f"| {raw['cpu_budget_s']:g} | {'on' if raw.get('rlvr_dynamic_sampling') else 'off'} | "
+                     f"{len(pairs)} | "
                      f"{'{:.3f} ± {:.3f}'.format(*mean_se(base)) if base else '-'} | {cell['rlvr']} | {cell['trl']} | "
                      f"{steps} | **{d:+.3f} ± {ds:.3f}** | {d / ds if ds else float('nan'):.1f} |")
     lines.append("")
@@ -259,11 +274,12 @@ def render_summary(raws: list[dict]) -> str:
 def merge_saved(raw: dict) -> None:
     """Take into ``raw`` the runs and base evals that the raw file on disk has and ``raw`` lacks, when both have the same
     settings (another invocation with other ``--seeds`` may have written them meanwhile)."""
-    path = raw_path(raw["cpu_budget_s"])
+    path = raw_file(raw)
     if not path.exists():
         return
     disk = json.loads(path.read_text())
-    if any(disk.get(k) != raw.get(k) for k in ("cpu_budget_s", "threads", "precision", "max_steps")):
+    if any(disk.get(k, False) != raw.get(k, False) for k in ("cpu_budget_s", "threads", "precision", "max_steps",
+                                                             "rlvr_dynamic_sampling")):
         return
     have = {(r["side"], r["seed"]) for r in raw.get("runs", [])}
     raw["runs"] = raw.get("runs", []) + [r for r in disk.get("runs", []) if (r["side"], r["seed"]) not in have]
@@ -279,10 +295,10 @@ def write_outputs(raw: dict) -> None:
     merge_saved(raw)
     loads = [s["load_1m"] for r in raw["runs"] for s in r.get("steps", []) if "load_1m" in s] + raw.get("loads", [])
     raw["load_1m_range"] = [min(loads), max(loads)] if loads else [float("nan")] * 2
-    raw_path(raw["cpu_budget_s"]).write_text(json.dumps(raw, indent=1))
-    raw_path(raw["cpu_budget_s"]).with_suffix(".md").write_text(render(raw))
+    raw_file(raw).write_text(json.dumps(raw, indent=1))
+    raw_file(raw).with_suffix(".md").write_text(render(raw))
     raws = sorted((json.loads(p.read_text()) for p in RESULTS_DIR.glob("learning_vs_trl-*.json")),
-                  key=lambda r: r["cpu_budget_s"])
+                  key=lambda r: (r["cpu_budget_s"], r.get("rlvr_dynamic_sampling", False)))
     section = render_summary(raws)
     results = HERE / "RESULTS.md"
     text = results.read_text() if results.exists() else ""
@@ -292,7 +308,7 @@ def write_outputs(raw: dict) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section
     results.write_text(text)
-    print(f"wrote {raw_path(raw['cpu_budget_s']).with_suffix('.md')} and the learning section of {results}",
+    print(f"wrote {raw_file(raw).with_suffix('.md')} and the learning section of {results}",
           flush=True)
 
 
@@ -306,27 +322,33 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1, help="runs at once: 1 = one after the other (sides alternated), "
                     "2 = a seed's two sides together, more = seeds together too; the budget is CPU seconds, so "
                     "only wall time changes (and memory: a TRL run needs ~5 GB, an rlvr run ~4 GB)")
+    ap.add_argument("--rlvr-dynamic-sampling", choices=["recipe", "off"], default="recipe",
+                    help="rlvr's side as recipes/demo.yaml ships it (dynamic sampling on: its generation rounds are "
+                    "paid from the same CPU budget), or off, the algorithm TRL's GRPOTrainer runs")
     ap.add_argument("--no-train", action="store_true", help="start no training run: record and render the "
                     "finished ones (with --reuse), scoring those not scored yet")
     ap.add_argument("--no-base-eval", action="store_true", help="skip scoring the untrained model per seed")
     ap.add_argument("--work-dir", type=Path, default=None,
-                    help="default: runs/bench_learning_vs_trl/budget-<CPU s>")
+                    help="default: runs/bench_learning_vs_trl/budget-<CPU s>[-dynamic]")
     ap.add_argument("--reuse", action="store_true", help="keep finished runs/evals of the same settings from "
                     "results/learning_vs_trl-<budget>.json (continue an interrupted invocation)")
     ap.add_argument("--render-only", action="store_true", help="rewrite the tables of --cpu-budget from its raw data")
     args = ap.parse_args()
-    args.work_dir = args.work_dir or REPO / "runs" / "bench_learning_vs_trl" / f"budget-{args.cpu_budget:g}"
+    args.work_dir = args.work_dir or REPO / "runs" / "bench_learning_vs_trl" / (
+        f"budget-{args.cpu_budget:g}{'-dynamic' if args.rlvr_dynamic_sampling == 'recipe' else ''}")
     if args.render_only:
-        write_outputs(json.loads(raw_path(args.cpu_budget).read_text()))
+        write_outputs(json.loads(raw_path(args.cpu_budget, args.rlvr_dynamic_sampling == "recipe").read_text()))
         return
     if not (args.trl_venv / "bin" / "python").exists():
         sys.exit(f"no TRL venv at {args.trl_venv}: run `python benchmarks/bench_vs_trl.py --setup-trl` first")
     from rlvr.models.precision import choose_precision
 
     args.precision = choose_precision("auto", "cpu").name
+    args.rlvr_dynamic_sampling = args.rlvr_dynamic_sampling == "recipe"
     settings = {"cpu_budget_s": args.cpu_budget, "threads": args.threads, "precision": args.precision,
-                "max_steps": args.max_steps}
-    raw = json.loads(raw_path(args.cpu_budget).read_text()) if args.reuse and raw_path(args.cpu_budget).exists() else {}
+                "max_steps": args.max_steps, "rlvr_dynamic_sampling": args.rlvr_dynamic_sampling}
+    saved = raw_path(args.cpu_budget, args.rlvr_dynamic_sampling)
+    raw = json.loads(saved.read_text()) if args.reuse and saved.exists() else {}
     if {k: raw.get(k) for k in settings} != settings:
         raw = {}
     raw.setdefault("invocations", [raw["argv"]] if "argv" in raw else []).append(sys.argv[1:])

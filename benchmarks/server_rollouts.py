@@ -62,7 +62,9 @@ def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     return {"arm": arm, "seed": seed, **stage, "summary": summary(run_dir),
             "sync_s": mean("time/sync_s"), "rollout_wait_s": mean("time/rollout_wait_s"),
             "rollout_s": mean("time/rollout_s"), "staleness_mean": mean("rollout/staleness_mean"),
-            "stale_dropped": sum(r.get("rollout/stale_samples_dropped", 0.0) for r in steps)}
+            "stale_dropped": sum(r.get("rollout/stale_samples_dropped", 0.0) for r in steps),
+            # the training steps alone (their phase timers summed): the wall time less start-up and the two evals
+            "train_s": sum(v for r in steps for k, v in r.items() if k.startswith("time/") and k.endswith("_s"))}
 
 
 def report(data: dict[str, Any]) -> str:
@@ -76,9 +78,9 @@ def report(data: dict[str, Any]) -> str:
         f"for the vLLM server and {data['trainer_threads']} torch thread(s) for the trainer. Overrides of "
         f"recipes/demo.yaml for every arm: {', '.join(data.get('overrides') or []) or 'none'}.",
         "",
-        "| arm | seeds | held-out pass@1 after | before | wall s | CPU s | sync s/step | wait s/step | staleness | "
+        "| arm | seeds | held-out pass@1 after | before | wall s | train s | CPU s | sync s/step | wait s/step | staleness | "
         "dropped |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     arms: dict[str, list[dict[str, Any]]] = {}
     for run in data["runs"]:
@@ -89,12 +91,14 @@ def report(data: dict[str, Any]) -> str:
             return fmt(values, digits) if values else "-"
         after = [r["summary"]["eval_after"]["pass_at_1"] for r in runs]
         before = [r["summary"]["eval_before"]["pass_at_1"] for r in runs]
-        lines.append(f"| {arm} | {len(runs)} | {fmt(after)} | {fmt(before)} | {col('wall_s', 0)} | {col('cpu_s', 0)} | "
+        lines.append(f"| {arm} | {len(runs)} | {fmt(after)} | {fmt(before)} | {col('wall_s', 0)} | {col('train_s', 0)} | {col('cpu_s', 0)} | "
                      f"{col('sync_s', 2)} | {col('rollout_wait_s', 2)} | {col('staleness_mean', 2)} | "
                      f"{col('stale_dropped', 0)} |")
     lines += [
         "",
-        "pass@1: the demo's own held-out eval (128 prompts x 4 samples at T = 1), mean ± s.e. over seeds. wait: the",
+        "pass@1: the demo's own held-out eval (128 prompts x 4 samples at T = 1), mean ± s.e. over seeds. wall: the",
+        "whole command (start-up, both evals, training); train: the training steps alone (their phase timers summed;",
+        "the server arms' evals run on the server's thread). wait: the",
         "seconds the trainer waited for its batch (with K = 0 the whole rollout). staleness: optimizer steps between",
         "the weights that sampled a batch and the weights it trained. dropped: samples older than K when trained.",
         "",
