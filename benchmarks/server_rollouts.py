@@ -49,22 +49,27 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One training run; its timings, summary and the per-step means the report shows."""
-    run_dir = args.out / f"{arm}-s{seed}"
-    stage = run_stage(f"{arm}-s{seed}", arm_argv(arm, seed, run_dir, args), args.out / "logs")
+def step_means(run_dir: Path) -> dict[str, Any]:
+    """The per-step means the report shows, from a run's metrics.jsonl."""
     steps = [r for r in records(run_dir) if "time/sync_s" in r or "time/rollout_s" in r]
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in steps if key in r]
         return statistics.fmean(values) if values else None
 
-    return {"arm": arm, "seed": seed, **stage, "summary": summary(run_dir),
-            "sync_s": mean("time/sync_s"), "rollout_wait_s": mean("time/rollout_wait_s"),
-            "rollout_s": mean("time/rollout_s"), "staleness_mean": mean("rollout/staleness_mean"),
+    return {"sync_s": mean("time/sync_s"), "rollout_wait_s": mean("time/rollout_wait_s"),
+            "rollout_s": mean("time/rollout_s"), "update_s": mean("time/update_s"),
+            "staleness_mean": mean("rollout/staleness_mean"),
             "stale_dropped": sum(r.get("rollout/stale_samples_dropped", 0.0) for r in steps),
             # the training steps alone (their phase timers summed): the wall time less start-up and the two evals
             "train_s": sum(v for r in steps for k, v in r.items() if k.startswith("time/") and k.endswith("_s"))}
+
+
+def run_arm(arm: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One training run; its timings, summary and the per-step means the report shows."""
+    run_dir = args.out / f"{arm}-s{seed}"
+    stage = run_stage(f"{arm}-s{seed}", arm_argv(arm, seed, run_dir, args), args.out / "logs")
+    return {"arm": arm, "seed": seed, **stage, "summary": summary(run_dir), **step_means(run_dir)}
 
 
 def report(data: dict[str, Any]) -> str:
@@ -78,9 +83,9 @@ def report(data: dict[str, Any]) -> str:
         f"for the vLLM server and {data['trainer_threads']} torch thread(s) for the trainer. Overrides of "
         f"recipes/demo.yaml for every arm: {', '.join(data.get('overrides') or []) or 'none'}.",
         "",
-        "| arm | seeds | held-out pass@1 after | before | wall s | train s | CPU s | sync s/step | wait s/step | staleness | "
-        "dropped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| arm | seeds | held-out pass@1 after | before | wall s | train s | CPU s | update s/step | sync s/step | "
+        "wait s/step | staleness | dropped |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     arms: dict[str, list[dict[str, Any]]] = {}
     for run in data["runs"]:
@@ -91,9 +96,9 @@ def report(data: dict[str, Any]) -> str:
             return fmt(values, digits) if values else "-"
         after = [r["summary"]["eval_after"]["pass_at_1"] for r in runs]
         before = [r["summary"]["eval_before"]["pass_at_1"] for r in runs]
-        lines.append(f"| {arm} | {len(runs)} | {fmt(after)} | {fmt(before)} | {col('wall_s', 0)} | {col('train_s', 0)} | {col('cpu_s', 0)} | "
-                     f"{col('sync_s', 2)} | {col('rollout_wait_s', 2)} | {col('staleness_mean', 2)} | "
-                     f"{col('stale_dropped', 0)} |")
+        lines.append(f"| {arm} | {len(runs)} | {fmt(after)} | {fmt(before)} | {col('wall_s', 0)} | "
+                     f"{col('train_s', 0)} | {col('cpu_s', 0)} | {col('update_s', 2)} | {col('sync_s', 2)} | "
+                     f"{col('rollout_wait_s', 2)} | {col('staleness_mean', 2)} | {col('stale_dropped', 0)} |")
     lines += [
         "",
         "pass@1: the demo's own held-out eval (128 prompts x 4 samples at T = 1), mean ± s.e. over seeds. wall: the",
@@ -121,11 +126,16 @@ def main() -> int:
                     help="an override for every arm (e.g. trainer.steps=12)")
     ap.add_argument("--out", type=Path, default=ROOT / "runs" / "server_rollouts")
     ap.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "server_rollouts.md")
-    ap.add_argument("--from-json", type=Path, default=None, help="only rewrite the report from this json")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="only rewrite the report from this json (the step means re-read from --out's run folders)")
     args = ap.parse_args()
 
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text())
+        for run in data["runs"]:  # the step means again where the run folders are still there
+            run_dir = args.out / f"{run['arm']}-s{run['seed']}"
+            if (run_dir / "metrics.jsonl").exists():
+                run.update(step_means(run_dir))
     else:
         (args.out / "logs").mkdir(parents=True, exist_ok=True)
         data = study_header("server_rollouts.py", sys.argv[1:], threads=args.threads,

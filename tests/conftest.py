@@ -7,13 +7,18 @@ builds: a test that points ``RLVR_CACHE`` at a temporary folder must not move it
 
 The vLLM tests run last: a ``vllm.LLM`` in this process sets up torch.distributed's default group for itself, and a
 DeepSpeed engine built after it in the same process fails with "Group ... is not registered". Every other test keeps
-its order.
+its order. The objects of a module with vLLM tests are collected when the module ends: vLLM tears down its
+process-wide parallel groups when an in-process engine is garbage collected (a ``weakref.finalize`` calls
+``EngineCore.shutdown`` -> ``cleanup_dist_env_and_memory``), so an earlier module's engine collected while a later
+module's engine runs can take that engine's groups with it ("pipeline model parallel group is not initialized").
 
 Every test's time limit (pytest-timeout's, ``timeout`` in pyproject.toml) is scaled like the subprocess limits of
 :mod:`tests.limits`: by ``RLVR_TEST_TIME_SCALE`` and the machine's load when the suite starts.
 """
 
 from __future__ import annotations
+
+import gc
 
 import pytest
 
@@ -33,6 +38,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """A training run without its PNG plots (~5 s per checkpoint on these CPUs), for tests that do not check them."""
     monkeypatch.setattr("rlvr.trainer.run.write_plots", lambda *args, **kwargs: None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def collect_vllm_engines_per_module(request: pytest.FixtureRequest) -> object:
+    """Collect the garbage of an ending module with vLLM tests (its engines) before the next module builds an engine;
+    see the module's docstring."""
+    yield
+    if any(item.get_closest_marker("vllm") for item in request.session.items
+           if getattr(item, "module", None) is request.module):
+        gc.collect()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
