@@ -59,7 +59,11 @@ def step_means(run_dir: Path) -> dict[str, Any]:
 
     return {"sync_s": mean("time/sync_s"), "rollout_wait_s": mean("time/rollout_wait_s"),
             "rollout_s": mean("time/rollout_s"), "update_s": mean("time/update_s"),
-            "staleness_mean": mean("rollout/staleness_mean"), "tokens_per_s": mean("rollout/tokens_per_s"),
+            "staleness_mean": mean("rollout/staleness_mean"),
+            # every sampled token (dynamic sampling's dropped groups too) over the generation's own seconds (K >= 1:
+            # the producer's, which overlap the update)
+            "tokens_per_s": sum(r.get("rollout/tokens_generated", 0.0) for r in steps) / max(sum(
+                r.get("rollout/collector_rollout_s", r.get("time/rollout_s", 0.0)) for r in steps), 1e-9),
             "stale_dropped": sum(r.get("rollout/stale_samples_dropped", 0.0) for r in steps),
             # the training steps alone (their phase timers summed): the wall time less start-up and the two evals
             "train_s": sum(v for r in steps for k, v in r.items() if k.startswith("time/") and k.endswith("_s")),
