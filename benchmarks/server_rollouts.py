@@ -59,6 +59,7 @@ def step_means(run_dir: Path) -> dict[str, Any]:
 
     return {"sync_s": mean("time/sync_s"), "rollout_wait_s": mean("time/rollout_wait_s"),
             "rollout_s": mean("time/rollout_s"), "update_s": mean("time/update_s"),
+            "producer_s": mean("rollout/collector_rollout_s"),
             "staleness_mean": mean("rollout/staleness_mean"),
             # every sampled token (dynamic sampling's dropped groups too) over the generation's own seconds (K >= 1:
             # the producer's, which overlap the update)
@@ -83,20 +84,18 @@ def arithmetic(arms: dict[str, list[dict[str, Any]]]) -> list[str]:
         return []
     seq, best = gen + upd + sync, max(gen, upd) + sync
     steps = "; ".join(f"{arm} {m(arm, 'step_s'):.1f} s" for arm in arms if m(arm, "step_s") is not None)
-    alone, beside = m("server-K0", "tokens_per_s"), m("server-K1", "tokens_per_s")
-    slowdown = f" (K = 1: {beside / alone:.2f}x the tokens a second of K = 0)" if alone and beside else ""
-    rates = "; ".join(f"{arm} {m(arm, 'tokens_per_s'):.0f}" for arm in arms if m(arm, "tokens_per_s") is not None)
+    producer = "; ".join(f"{arm} {m(arm, 'producer_s'):.1f} s" for arm in arms if m(arm, "producer_s") is not None)
     return [
         "",
         f"The arithmetic with these runs' numbers (means over seeds). With K = 0 a step is generation {gen:.1f} s on",
         f"the server's thread, then the update {upd:.1f} s on the trainer's, then the sync {sync:.2f} s: {seq:.1f} s,",
         f"one core idle at any time. The best overlap can do is max(t_gen, t_train) + t_sync = {best:.1f} s "
         f"({seq / best:.2f}x).",
-        f"Measured seconds a step: {steps}. Sampled tokens a second (every token over the generation's own",
-        f"seconds): {rates}. Beside the update, generation is slower than alone{slowdown}, while the update keeps",
-        "its speed (update s/step above); not measured further: the server's API process and the trainer's rollout",
-        "thread need CPU time too, and the two cores share caches and memory bandwidth. So overlap loses part of",
-        "what it would save. The in-process arm decodes with rlvr's own CPU kernels on both threads;",
+        f"Measured seconds a step: {steps}. With K >= 1 the producer's rollout seconds a step ({producer}) are",
+        f"longer than K = 0's rollout ({gen:.1f} s): they hold the pauses of the weight syncs (a sync waits for the",
+        "requests in flight to pause: sync s/step above) and generation beside the update; how much each costs was",
+        "not measured. So overlap wins back little of what it could. The in-process arm decodes with rlvr's own CPU",
+        "kernels on both threads;",
         "vLLM's CPU backend, made for larger models and batches, is the slower engine for this model on one core, so",
         "here the server path costs time. It pays where the servers have devices of their own.",
     ]
