@@ -216,6 +216,10 @@ class TrainProgress:
                 if key in metrics:
                     parts.append(f"{name}={metrics[key]:.3f}")
             return " ".join(parts + [f"{secs:.1f}s/step"])
+        if metrics.get("train/skipped_empty_batch"):  # its reward and length are of no sample: not 0
+            groups = metrics.get("rollout/groups_generated", 0.0)
+            return (f"no group kept: dynamic sampling filtered out all {groups:.0f} groups sampled (each all right "
+                    f"or all wrong); update skipped {secs:.1f}s/step")
         parts = [f"reward={metrics.get('reward/mean', float('nan')):.3f}",
                  f"solve={metrics.get('reward/solve_rate', float('nan')):.3f}",
                  f"len={metrics.get('rollout/response_length', float('nan')):.1f}",

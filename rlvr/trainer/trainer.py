@@ -565,14 +565,17 @@ class RLTrainer(TrainerBase):
         for tag, values in curriculum.histograms.items():
             self.logger.histogram(tag, values, self.step_done)
         self._write_samples(self.step_done, batch)
-        metrics = {**info, **self._rollout_metrics(batch, timer), **curriculum.metrics, **train_metrics}
+        metrics = {**info, **self._rollout_metrics(batch, timer, info.get("rollout/tokens_generated")),
+                   **curriculum.metrics, **train_metrics}
         metrics.update({f"time/{k}_s": v for k, v in timer.seconds.items()})
         return StepResult(metrics, step_metrics.failure_reasons(batch, self.labels))
 
-    def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer) -> dict[str, float]:
+    def _rollout_metrics(self, batch: RolloutBatch, timer: StageTimer,
+                         tokens_generated: float | None = None) -> dict[str, float]:
         """``reward/*`` and ``rollout/*`` metrics of the step (:func:`rlvr.trainer.step_metrics.rollout_metrics`)."""
         seconds = timer.seconds if self._collected is None else self._collected.seconds  # K >= 1: the producer's
-        metrics = step_metrics.rollout_metrics(batch, self.labels, seconds.get("rollout", 0.0), self.tokens_generated)
+        metrics = step_metrics.rollout_metrics(batch, self.labels, seconds.get("rollout", 0.0), self.tokens_generated,
+                                               tokens_generated)
         if self.solved_label is None:  # nothing decides "solved": a solve rate of 0 would be a made-up number
             for key in step_metrics.SOLVED_METRICS:
                 metrics.pop(key, None)

@@ -69,6 +69,9 @@ def test_dynamic_sampling_with_no_signal_finishes_every_step(tiny, tmp_path, ver
         assert m["rollout/groups_generated"] == 12 and m["rollout/groups_kept"] == 0  # 3 rounds x 4 prompts
         assert m["rollout/batch_filled"] == 0.0 and m["train/skipped_empty_batch"] == 1.0
         assert m["rollout/zero_var_groups_before_filter"] == 1.0
+        # the rollout's seconds sampled every group, the dropped ones too
+        assert m["rollout/tokens_per_s"] == pytest.approx(m["rollout/tokens_generated"] / m["time/rollout_s"])
+        assert m["rollout/tokens_generated"] > 0
         assert m[f"curriculum/group_solve_rate/{'100' if rate else '0'}"] == 1.0
         assert m["rollout/tokens_generated"] > 0 and m["rollout/tokens"] == 0  # generated, none trained on
     assert summary["tokens_generated"] == sum(m["rollout/tokens_generated"] for m in steps)

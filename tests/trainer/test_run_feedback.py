@@ -53,6 +53,14 @@ def test_failure_counts_per_verifier_on_the_step_line_and_a_warning_when_every_s
                                        "reward/infra_failures/mine": 0.0}).endswith("1.0s/step")
 
 
+def test_a_step_whose_groups_were_all_filtered_out_says_so_instead_of_a_reward_of_zero():
+    metrics = {"reward/mean": 0.0, "reward/solve_rate": 0.0, "rollout/response_length": 0.0,
+               "rollout/groups_generated": 24.0, "train/skipped_empty_batch": 1.0, "time/rollout_wait_s": 27.5,
+               "time/sync_s": 0.5}
+    assert TrainProgress.format_stats(metrics) == ("no group kept: dynamic sampling filtered out all 24 groups "
+                                                   "sampled (each all right or all wrong); update skipped 28.0s/step")
+
+
 def test_a_training_step_counts_failed_calls_per_verifier_and_prints_its_phases(tiny, tmp_path, capsys):
     from rlvr.trainer.trainer import RLTrainer
 
