@@ -52,6 +52,8 @@ def records(run_dir: Path) -> list[dict[str, Any]]:
 def step_means(run_dir: Path) -> dict[str, Any]:
     """The per-step means the report shows, from a run's metrics.jsonl."""
     steps = [r for r in records(run_dir) if "time/sync_s" in r or "time/rollout_s" in r]
+    # each training step's seconds: its phase timers summed
+    step_seconds = [sum(v for k, v in r.items() if k.startswith("time/") and k.endswith("_s")) for r in steps]
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in steps if key in r]
@@ -66,10 +68,8 @@ def step_means(run_dir: Path) -> dict[str, Any]:
             "tokens_per_s": sum(r.get("rollout/tokens_generated", 0.0) for r in steps) / max(sum(
                 r.get("rollout/collector_rollout_s", r.get("time/rollout_s", 0.0)) for r in steps), 1e-9),
             "stale_dropped": sum(r.get("rollout/stale_samples_dropped", 0.0) for r in steps),
-            # the training steps alone (their phase timers summed): the wall time less start-up and the two evals
-            "train_s": sum(v for r in steps for k, v in r.items() if k.startswith("time/") and k.endswith("_s")),
-            "step_s": statistics.fmean(sum(v for k, v in r.items() if k.startswith("time/") and k.endswith("_s"))
-                                       for r in steps) if steps else None}
+            # the training steps alone: the wall time less start-up and the two evals
+            "train_s": sum(step_seconds), "step_s": statistics.fmean(step_seconds) if steps else None}
 
 
 def arithmetic(arms: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -172,10 +172,14 @@ def main() -> int:
 
     if args.from_json is not None:
         data = json.loads(args.from_json.read_text())
+        refreshed = False
         for run in data["runs"]:  # the step means again where the run folders are still there
             run_dir = args.out / f"{run['arm']}-s{run['seed']}"
             if (run_dir / "metrics.jsonl").exists():
                 run.update(step_means(run_dir))
+                refreshed = True
+        if refreshed:  # the json keeps what the report shows, for when the run folders are gone
+            args.from_json.write_text(json.dumps(data, indent=1))
     else:
         (args.out / "logs").mkdir(parents=True, exist_ok=True)
         data = study_header("server_rollouts.py", sys.argv[1:], threads=args.threads,
