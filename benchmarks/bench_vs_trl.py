@@ -40,12 +40,12 @@ SIDES = ("rlvr", "trl")
 MODELS = ("smollm2", "tiny")
 
 
-def setup_trl_venv(venv: Path) -> Path:
-    """Create ``venv`` with TRL (see :data:`TRL_PINS`) if it has none; returns its python."""
+def setup_trl_venv(venv: Path, pins: list[str] = TRL_PINS) -> Path:
+    """Create ``venv`` if missing and install ``pins`` (TRL's: :data:`TRL_PINS`) into it; returns its python."""
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *TRL_PINS], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *pins], check=True)
     out = subprocess.run([str(python), "-c", "import trl, torch; print(trl.__version__, torch.__version__)"],
                          check=True, capture_output=True, text=True).stdout.split()
     if "+cpu" not in out[1]:

