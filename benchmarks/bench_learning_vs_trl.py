@@ -42,6 +42,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from bench_vs_trl import ENV, cpu_info  # noqa: E402
+from machine import commit  # noqa: E402
 
 RECIPE = REPO / "recipes" / "demo.yaml"
 RESULTS_DIR = HERE / "results"
@@ -201,7 +202,8 @@ def render(raw: dict) -> str:
               f"precision {raw['precision']}. CPU: {m['cpu']['model']}, flags {', '.join(m['cpu']['flags'])}, "
               f"{m['cpu']['cores']} cores shared with other jobs (1-min load {raw['load_1m_range'][0]:.1f}-"
               f"{raw['load_1m_range'][1]:.1f} during the runs). Each model is scored by `rlvr eval` on its seed's "
-              f"128 held-out prompts x k=4 at temperature 1. Mean ± standard error over seeds.", ""]
+              f"128 held-out prompts x k=4 at temperature 1. Mean ± standard error over seeds."
+              + (f" Measured {raw['date']}, commit {raw['commit']}." if "commit" in raw else ""), ""]
     lines += ["| side | seeds | held-out pass@1 | steps in budget | train CPU s | train wall s | samples |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     base = [r["base_eval"]["pass_at_1"] for r in raw.get("seeds", {}).values() if "base_eval" in r]
@@ -352,7 +354,8 @@ def main() -> None:
     if {k: raw.get(k) for k in settings} != settings:
         raw = {}
     raw.setdefault("invocations", [raw["argv"]] if "argv" in raw else []).append(sys.argv[1:])
-    raw.update(settings, machine={"cpu": cpu_info()}, argv=sys.argv[1:])
+    raw.update(settings, machine={"cpu": cpu_info()}, argv=sys.argv[1:], commit=commit(),
+               date=time.strftime("%Y-%m-%d"))
     raw.setdefault("runs", [])
     raw.setdefault("seeds", {})
     raw.setdefault("loads", [])
