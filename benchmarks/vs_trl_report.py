@@ -383,6 +383,15 @@ before anything is computed).
   adds the looked-up rows into the output layer's dense gradient instead of zero-filling and summing a 113 MB one):
   gradients equal within 1.5e-8, but the update was slower, sparse / dense per pair 1.19, 0.99, 1.08, 1.06, 1.09, 1.00
   (median 1.07) on the same synthetic `vs_trl` batch, 2 threads, same machine and date.
+- **Against the floor on this EPYC** (the same machine and date; bf16 matmul 415 GFLOP/s, read 32.5 GB/s at 2
+  threads): in `bench_trl_vllm.py`'s invocation (`benchmarks/results/trl_vllm.md`, 681ad96) rlvr's step took 6.88 s,
+  generation 2.36 s (2.2x its floor of 1.06 s) and training 4.58 s (1.8x its floor of 2.56 s), against TRL's 33.6 s.
+  The two floors sum to 3.62 s, 0.108 of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the
+  floor in both stages at once on this CPU. On the EPYC with the faster bf16 matmul (778 GFLOP/s) the training
+  floor is about half, and 0.12 of TRL's 36.6 s there is ~1.8x the floor sum. The generation floor counts decoding
+  at the larger of its total FLOPs and one read of the weights per decode step; with 16 rows live a decode step's
+  FLOPs (2 x 134.5M x 16 at 415 GFLOP/s, 10.4 ms) already outweigh its weight read (8.3 ms), so the floor is below
+  what decoding can reach while every row is live.
 
 ## Earlier runs of this benchmark
 
