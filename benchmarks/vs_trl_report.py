@@ -390,8 +390,13 @@ before anything is computed).
   floor in both stages at once on this CPU. On the EPYC with the faster bf16 matmul (778 GFLOP/s) the training
   floor is about half, and 0.12 of TRL's 36.6 s there is ~1.8x the floor sum. The generation floor counts decoding
   at the larger of its total FLOPs and one read of the weights per decode step; with 16 rows live a decode step's
-  FLOPs (2 x 134.5M x 16 at 415 GFLOP/s, 10.4 ms) already outweigh its weight read (8.3 ms), so the floor is below
-  what decoding can reach while every row is live.
+  FLOPs (2 x 134.5M x 16 at 415 GFLOP/s, 10.4 ms) already outweigh its weight read (8.3 ms). Taking the larger of
+  the two at each decode step (the rows still live at that step, each step's own lengths) plus the prefill, the
+  generation floor is 1.18 s, and rlvr's generation 2.0x it. `python benchmarks/bench_decode_ab.py --prompts 2 --n 8
+  --max-new-tokens 128 --reps 3 --threads 2 --variants decode_fused,decode_fused_onednn` right after: the fused decode
+  step 16.7 ms with all 16 rows live (oneDNN's GEMMs 19.1 ms), its 576 -> 3072 GEMM 134 us (~420 GFLOP/s, the
+  matmul rate); at that rate a step's GEMMs take ~10.2 ms, so ~6.5 ms a step goes to the rest (attention, norms,
+  RoPE, sampling, dispatch), not yet profiled.
 
 ## Earlier runs of this benchmark
 
