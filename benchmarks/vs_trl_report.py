@@ -392,11 +392,13 @@ before anything is computed).
   at the larger of its total FLOPs and one read of the weights per decode step; with 16 rows live a decode step's
   FLOPs (2 x 134.5M x 16 at 415 GFLOP/s, 10.4 ms) already outweigh its weight read (8.3 ms). Taking the larger of
   the two at each decode step (the rows still live at that step, each step's own lengths) plus the prefill, the
-  generation floor is 1.18 s, and rlvr's generation 2.0x it. `python benchmarks/bench_decode_ab.py --prompts 2 --n 8
-  --max-new-tokens 128 --reps 3 --threads 2 --variants decode_fused,decode_fused_onednn` right after: the fused decode
-  step 16.7 ms with all 16 rows live (oneDNN's GEMMs 19.1 ms), its 576 -> 3072 GEMM 134 us (~420 GFLOP/s, the
-  matmul rate); at that rate a step's GEMMs take ~10.2 ms, so ~6.5 ms a step goes to the rest (attention, norms,
-  RoPE, sampling, dispatch), not yet profiled.
+  generation floor is 1.18 s, and rlvr's generation 2.0x it. Where a decode step goes, `python
+  benchmarks/profile_decode.py --threads 2` (16 rows live for 63 steps, every call timed; same machine and date,
+  6ca3eae): 17.46 ms a step against its floor of 10.32 ms (its FLOPs at 417 GFLOP/s; the weight read 8.01 ms), 1.69x.
+  GEMMs 13.4 ms (77%: gate_up 4.84 ms at 351 GFLOP/s, down 2.90 at 293, the output layer 2.68 at 338, qkv 1.76 at
+  302, o 1.21 at 263), attention 2.07 ms (12%), SiLU x up, RMSNorm, RoPE and the sampling draw 1.38 ms together,
+  0.61 ms between the calls. The GEMMs at 63-84% of the matmul rate are most of what is left; the smaller
+  projections (o, qkv, down) reach the least.
 
 ## Earlier runs of this benchmark
 

@@ -1,0 +1,166 @@
+"""Where a fused decode step's time goes: each kernel call and each GEMM of the ``hf`` engine's fused bf16 (or fp32)
+decode step timed on its own, with a fixed number of rows live, on the embedded SmolLM2-135M.
+
+    python benchmarks/profile_decode.py --prompts 2 --n 8 --steps 64 --threads 2
+
+Samples ``--n`` continuations of each of ``--prompts`` prompts through :func:`rlvr.rollout.decode.sample` with the
+engine's :class:`~rlvr.kernels.fused_decode.FusedDecoder`, eos suppressed so every row stays live for ``--steps``
+steps (the cost of a step at that row count, where a real rollout's rows leave as they finish). After a warm-up
+rollout, one rollout runs with a timer around every call of the decoder's kernels (RMSNorm, RoPE, attention,
+SiLU x up, the sampling draw) and of its GEMMs (per projection kind: qkv, o, gate_up, down, the output layer).
+
+Prints, per decode step: each part's milliseconds, calls and share, and each GEMM kind's achieved GFLOP/s (2 x rows x
+in x out per call), beside this process's matmul rate in the same dtype and the step's floor (the larger of its
+FLOPs at that rate and one read of every weight at the read bandwidth: :mod:`compute_floor`), with the CPU, commit
+and date. The timers add a few microseconds a call (~0.3 ms a step in 220 calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_decode_ab import QUESTIONS, left_pad  # noqa: E402
+from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s  # noqa: E402
+from machine import stamp  # noqa: E402
+
+PROJECTIONS = ("qkv", "o", "gate_up", "down")
+"""The GEMMs of a decoder layer in :class:`~rlvr.kernels.fused_decode.FusedDecoder` (attribute names)."""
+
+
+class Timers:
+    """Seconds and calls per name, added by the wrappers :meth:`wrap` makes."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = collections.defaultdict(float)
+        self.calls: collections.Counter[str] = collections.Counter()
+
+    def wrap(self, name: str, fn: Callable) -> Callable:
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self.seconds[name] += time.perf_counter() - t0
+            self.calls[name] += 1
+            return out
+        return timed
+
+
+class _TimedKernels:
+    """The decoder's kernel module with every function call timed under its own name."""
+
+    def __init__(self, kernels: object, timers: Timers) -> None:
+        self._kernels, self._timers = kernels, timers
+
+    def __getattr__(self, name: str) -> object:
+        value = getattr(self._kernels, name)
+        return self._timers.wrap(name, value) if callable(value) else value
+
+
+class _TimedProjection:
+    """A decoder GEMM (``__call__(x)``, ``refresh()``) timed under ``name``; (out, in) features for its FLOPs."""
+
+    def __init__(self, projection: object, name: str, timers: Timers, features: tuple[int, int]) -> None:
+        self.projection, self.features = projection, features
+        self._call = timers.wrap(name, projection.__call__)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self._call(x)
+
+    def refresh(self) -> None:
+        self.projection.refresh()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=2, choices=range(1, len(QUESTIONS) + 1))
+    ap.add_argument("--n", type=int, default=8, help="samples per prompt (rows live = prompts x n)")
+    ap.add_argument("--steps", type=int, default=64, help="decode steps a rollout (every row runs them all)")
+    ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from rlvr.config import resolve
+    from rlvr.kernels.fused_decode import build_fused_decoder, fused_decode_supported
+    from rlvr.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+    from rlvr.rollout import decode
+    from rlvr.rollout.hf import _low_precision_copy
+
+    recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
+                      "data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]})
+    path = resolve_model_path(recipe.model.name)
+    tok = load_tokenizer(path, recipe.model)
+    model = load_causal_lm(path, recipe.model).eval()
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    gen = _low_precision_copy(model, dtype) if dtype != torch.float32 else model
+    fused = build_fused_decoder(gen)
+    if fused is None:
+        raise SystemExit(f"the fused {args.precision} decode step is not available here: "
+                         f"{fused_decode_supported(gen)[1] or 'its kernels did not build'}")
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
+                                       add_generation_prompt=True, tokenize=True, return_dict=False)
+               for q in QUESTIONS[:args.prompts]]
+    ids, mask = left_pad(prompts, tok.pad_token_id)
+
+    def rollout() -> torch.Tensor:
+        torch.manual_seed(0)
+        new, _ = decode.sample(gen, ids, mask, args.n, max_new_tokens=args.steps, temperature=1.0, top_k=0,
+                               top_p=1.0, eos_ids=[], pad_id=tok.pad_token_id, fused=fused)
+        return new
+
+    rollout()  # warm-up: kernel selection, first-touch of the caches
+    timers = Timers()
+    fused.kernels = _TimedKernels(fused.kernels, timers)
+    config = gen.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    qkv_out = (config.num_attention_heads + 2 * config.num_key_value_heads) * head_dim
+    shapes = {"qkv": (qkv_out, config.hidden_size), "o": (config.hidden_size, config.num_attention_heads * head_dim),
+              "gate_up": (2 * config.intermediate_size, config.hidden_size),
+              "down": (config.hidden_size, config.intermediate_size)}
+    for layer in fused.layers:
+        for name in PROJECTIONS:
+            setattr(layer, name, _TimedProjection(getattr(layer, name), f"gemm {name}", timers, shapes[name]))
+    fused.lm_head = _TimedProjection(fused.lm_head, "gemm lm_head", timers, (config.vocab_size, config.hidden_size))
+    step = fused.step
+    fused.step = timers.wrap("step", step)
+    t0 = time.perf_counter()
+    new = rollout()
+    wall = time.perf_counter() - t0
+
+    rows, steps = new.shape[0], timers.calls["step"]
+    params = sum(p.numel() for p in gen.parameters())
+    rate = matmul_flops_per_s(dtype)
+    read = read_bandwidth_bytes_per_s()
+    step_flops = 2.0 * params * rows
+    floor = max(step_flops / rate, params * (2 if dtype == torch.bfloat16 else 4) / read)
+    per_step = timers.seconds["step"] / steps
+    print(f"{stamp()}; {args.threads} thread(s), {args.precision}; {rows} rows live, {steps} decode steps")
+    print(f"rollout {wall:.3f} s ({wall - timers.seconds['step']:.3f} s outside the decode steps: prefill, the "
+          f"sampling loop); a decode step {per_step * 1000:.2f} ms; its floor {floor * 1000:.2f} ms (FLOPs "
+          f"{step_flops / rate * 1000:.2f} ms at {rate / 1e9:.0f} GFLOP/s, weight read "
+          f"{params * (2 if dtype == torch.bfloat16 else 4) / read * 1000:.2f} ms at {read / 1e9:.1f} GB/s): "
+          f"{per_step / floor:.2f}x")
+    features = {f"gemm {name}": shapes[name] for name in PROJECTIONS}
+    features["gemm lm_head"] = (config.vocab_size, config.hidden_size)
+    parts = sorted(((name, s) for name, s in timers.seconds.items() if name != "step"), key=lambda kv: -kv[1])
+    print(f"{'part':22s} {'ms/step':>8s} {'calls/step':>10s} {'share':>6s} {'GFLOP/s':>8s}")
+    for name, seconds in parts:
+        gflops = ""
+        if name in features:
+            out_f, in_f = features[name]
+            gflops = f"{2.0 * rows * out_f * in_f * timers.calls[name] / seconds / 1e9:8.0f}"
+        print(f"{name:22s} {seconds / steps * 1000:8.3f} {timers.calls[name] / steps:10.1f} "
+              f"{seconds / timers.seconds['step']:6.1%} {gflops:>8s}")
+    rest = timers.seconds["step"] - sum(s for _, s in parts)
+    print(f"{'between the calls':22s} {rest / steps * 1000:8.3f} {'':>10s} {rest / timers.seconds['step']:6.1%}")
+
+
+if __name__ == "__main__":
+    main()
