@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 KERNEL_DIRS = ("rlvr/kernels", "rlvr/rollout/cpu")
 """Where the decode kernels' sources are: this tree's folder, then the one older revisions kept them in."""
-SOURCES = ("decode_kernels.cpp", "avx512.h")
+SOURCES = ("decode_kernels.cpp", "avx512.h", "decode_common.h")
+"""The extension's source, then the headers it may include (an older revision may lack one)."""
 
 
 def build_at(rev: str | None, folder: Path, name: str) -> ModuleType:
@@ -47,8 +48,10 @@ def build_at(rev: str | None, folder: Path, name: str) -> ModuleType:
             shown = [subprocess.run(["git", "show", f"{rev}:{folder}/{file}"], cwd=ROOT, capture_output=True,
                                     text=True) for folder in KERNEL_DIRS]
             found = next((s for s in shown if s.returncode == 0), None)
-            if found is None:
+            if found is None and file == SOURCES[0]:
                 raise FileNotFoundError(f"{rev} has no {file} in {' or '.join(KERNEL_DIRS)}")
+            if found is None:
+                continue
             text = found.stdout
         (src / file).write_text(text)
     return load(name=name, sources=[str(src / SOURCES[0])], extra_cflags=CFLAGS, build_directory=str(src),

@@ -399,6 +399,11 @@ before anything is computed).
   302, o 1.21 at 263), attention 2.07 ms (12%), SiLU x up, RMSNorm, RoPE and the sampling draw 1.38 ms together,
   0.61 ms between the calls. The GEMMs at 63-84% of the matmul rate are most of what is left; the smaller
   projections (o, qkv, down) reach the least.
+- The decode GEMM's threads then shared (group, block of 4 rows) tasks instead of whole groups of 64 outputs (o and
+  down have 9 groups, so one of 2 threads waited a ninth of the call): `python benchmarks/bench_decode_gemm_ab.py
+  --old-rev cf1c3cf --rows R --kernel dot_linear --reps 15 --threads 2` (outputs equal bit for bit; same machine and
+  date), a decode step's GEMMs 13.63 -> 13.27 ms at 16 rows (median ratio 0.97), 45.68 -> 44.42 ms at 64 (0.96),
+  10.49 -> 10.54 ms at 4 (1.01: one block a group, the same split as before).
 
 ## Earlier runs of this benchmark
 

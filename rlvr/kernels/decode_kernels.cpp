@@ -529,16 +529,23 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   const uint16_t* x_ptr = raw(x);
   const uint16_t* w_ptr = raw(w_packed);
   uint16_t* o_ptr = raw_mut(out);
-  const int parts = static_cast<int>((rows + 3) / 4);  // row blocks a group's next-group prefetch is shared over
-  at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
+  // One task per (group, block of 4 rows), group-major, so the threads' shares differ by one row block, not by one
+  // group: a projection of few groups (576 outputs = 9 groups on 2 threads) would otherwise leave a thread idle for a
+  // ninth of the call. A group split between two threads has its weights read by both; the rest by one.
+  const int64_t blocks = (rows + 3) / 4;
+  at::parallel_for(0, groups * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end;) {
+      const int64_t g = task / blocks;
+      const int64_t first = task - g * blocks, last = std::min(blocks, end - g * blocks);  // this thread's blocks of g
       const uint16_t* group = w_ptr + g * chunks * 2048;
-      const char* next = g + 1 < end ? reinterpret_cast<const char*>(group + chunks * 2048) : nullptr;
-      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+      const char* next = (g + 1) * blocks < end ? reinterpret_cast<const char*>(group + chunks * 2048) : nullptr;
+      const int parts = static_cast<int>(last - first);  // row blocks the next group's prefetch is shared over
+      for (int64_t b = first; b < last; ++b) {
+        const int64_t r0 = b * 4;
         const uint16_t* xr = x_ptr + r0 * k;
         uint16_t* outr = o_ptr + r0 * n;
-        const bool stream = g == begin && r0 == 0;
-        const int part = static_cast<int>(r0 / 4);
+        const bool stream = task == begin && b == first;
+        const int part = static_cast<int>(b - first);
         switch (std::min<int64_t>(4, rows - r0)) {
           case 1: dot_block<1>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
           case 2: dot_block<2>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
@@ -546,6 +553,7 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
           default: dot_block<4>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
         }
       }
+      task = g * blocks + last;
     }
   });
   return out;

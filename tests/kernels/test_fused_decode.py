@@ -294,6 +294,26 @@ def test_dot_linear_is_the_bf16_linear_over_the_amx_pack(kernels, rows, out_feat
         kernels.dot_linear(x, pack_amx([weight], kernels), None, out_features + 64)
 
 
+@pytest.mark.parametrize("rows,out_features", [(16, 576), (13, 960), (3, 576)])
+def test_dot_linear_on_several_threads_is_the_same_bits_as_on_one(kernels, rows, out_features):
+    """The threads share (group, row block) tasks, so a group can be split between two; each row's sums stay in one
+    order, so the result may not depend on the thread count."""
+    torch.manual_seed(9)
+    weight = (torch.randn(out_features, 576) * 0.05).to(BF16)
+    x = torch.randn(rows, 576).to(BF16)
+    packed = pack_amx([weight], kernels)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernels.dot_linear(x, packed, None, out_features)
+        torch.set_num_threads(2)
+        two = kernels.dot_linear(x, packed, None, out_features)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    assert _ulps(one, x.float().matmul(weight.float().T).to(BF16)).max() <= 1.0
+
+
 @pytest.mark.parametrize("dot_s,onednn_s,chosen", [(1e-4, 2e-4, "dot"), (3e-4, 2e-4, "onednn")])
 def test_without_amx_the_decode_gemm_is_the_faster_one_measured_once_per_machine(tmp_path, kernels, monkeypatch,
                                                                                  capsys, dot_s, onednn_s, chosen):
