@@ -124,9 +124,9 @@ def load_causal_lm(path: str, cfg: ModelConfig, dtype: torch.dtype = torch.float
 def use_fast_layers(model: torch.nn.Module, device: torch.device) -> None:
     """Rewire ``model`` in place to rlvr's faster paths of the same math: grouped-query attention where it runs
     transformers' SDPA (:func:`rlvr.models.attention.use_grouped_query_attention`: no copy of keys and values per query
-    head; on a CPU a training attention twice as fast as torch's flash kernel), and on a ``cpu`` device RMSNorm and
-    SwiGLU as one kernel pass each way instead of 4-10 torch ops
-    (:func:`rlvr.kernels.cpu_fused_layers.fuse_cpu_layers`).
+    head; on a CPU a training attention twice as fast as torch's flash kernel), an output layer that never runs its
+    GEMM over a strided slice (:func:`contiguous_output_input`), and on a ``cpu`` device RMSNorm and SwiGLU as one
+    kernel pass each way instead of 4-10 torch ops (:func:`rlvr.kernels.cpu_fused_layers.fuse_cpu_layers`).
 
     Called where a model for training or scoring is prepared (the policy, the reference, the critic), before anything
     shares it: the rollout engine decodes with the policy itself or copies it.
@@ -135,8 +135,35 @@ def use_fast_layers(model: torch.nn.Module, device: torch.device) -> None:
     from rlvr.models.attention import use_grouped_query_attention
 
     use_grouped_query_attention(model)
+    contiguous_output_input(model)
     if torch.device(device).type == "cpu":
         fuse_cpu_layers(model)
+
+
+def _contiguous_first_input(module: torch.nn.Module, args: tuple) -> tuple | None:
+    if args and isinstance(args[0], torch.Tensor) and not args[0].is_contiguous():
+        return (args[0].contiguous(), *args[1:])
+    return None
+
+
+def contiguous_output_input(model: torch.nn.Module) -> None:
+    """Have ``model``'s output layer copy a strided input into one block before its GEMM (a forward pre-hook, added
+    once; a model without ``get_output_embeddings`` is left as it is).
+
+    An HF causal LM slices the hidden states it keeps logits for (``logits_to_keep=k``: ``hidden[:, -k:]``), a view
+    whose rows are a whole sequence apart. torch's matmul folds a 3-D input into one GEMM only when its batch
+    dimensions are contiguous; otherwise it runs a batched GEMM over the (V, D) weight expanded per row, which on a CPU
+    is first copied out: for SmolLM2 (V = 49,152) a prefill of 8 prompts of 96 tokens with ``logits_to_keep=1`` took
+    445 ms in its output layer against 5.3 ms on the contiguous copy (bf16, 2 threads, AMD EPYC with AVX512_BF16).
+    The copy is of the kept rows only (B x k x D). The same bits in bf16; in fp32 the two GEMMs may differ in the last
+    bit of a logit.
+    """
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    if head is None or getattr(head, "_rlvr_contiguous_input", False):
+        return
+    head.register_forward_pre_hook(_contiguous_first_input)
+    head._rlvr_contiguous_input = True
 
 
 def generation_eos_ids(path: str, tokenizer: PreTrainedTokenizerBase, cfg: ModelConfig) -> list[int]:

@@ -33,6 +33,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from rlvr.models.attention import use_grouped_query_attention
+from rlvr.models.loading import contiguous_output_input
 from rlvr.models.lora import is_lora_model, merged_weights
 from rlvr.rollout import decode
 from rlvr.rollout.base import Completion, SamplingParams
@@ -236,4 +237,5 @@ def _low_precision_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.
         gen.generation_config = copy.deepcopy(model.generation_config)
     gen.requires_grad_(False)
     use_grouped_query_attention(gen)  # its own config copy: the trainer's model keeps its attention
+    contiguous_output_input(gen)  # the prefill keeps one logit a prompt: a strided slice
     return gen.eval()
