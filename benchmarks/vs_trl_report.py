@@ -411,6 +411,11 @@ before anything is computed).
   and the packed attention's per-segment pieces), other autograd nodes 0.42 s (the fused SwiGLU and RMSNorm
   backward among them), element-wise 0.15 s, attention's masks 0.11 s, the AdamW step 0.07 s, the log-prob 0.07 s.
   Here the GEMMs are at their rate, so what is left of training is those 1.37 s.
+- The prefill's output layer: transformers hands it the kept last position as a strided slice, and torch's matmul
+  then copies the output weight once per prompt (a 112 ms `linear` for 2 prompts against 4.3 ms on a contiguous copy;
+  445 against 5.3 ms for the demo's 8). With the input made contiguous (a5a930e, `contiguous_output_input`), a
+  rollout of this benchmark's shape took 0.97x as long (2.565 -> 2.463 s, 6 pairs alternated in one process), the
+  demo's shape 0.77x (1.736 -> 1.342 s), the same tokens and log-probs (same machine and date).
 
 ## Earlier runs of this benchmark
 
