@@ -48,9 +48,9 @@ def build_at(rev: str | None, folder: Path, name: str) -> ModuleType:
             shown = [subprocess.run(["git", "show", f"{rev}:{folder}/{file}"], cwd=ROOT, capture_output=True,
                                     text=True) for folder in KERNEL_DIRS]
             found = next((s for s in shown if s.returncode == 0), None)
-            if found is None and file == SOURCES[0]:
-                raise FileNotFoundError(f"{rev} has no {file} in {' or '.join(KERNEL_DIRS)}")
             if found is None:
+                if file == SOURCES[0]:
+                    raise FileNotFoundError(f"{rev} has no {file} in {' or '.join(KERNEL_DIRS)}")
                 continue
             text = found.stdout
         (src / file).write_text(text)

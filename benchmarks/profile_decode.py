@@ -65,10 +65,10 @@ class _TimedKernels:
 
 
 class _TimedProjection:
-    """A decoder GEMM (``__call__(x)``, ``refresh()``) timed under ``name``; (out, in) features for its FLOPs."""
+    """A decoder GEMM (``__call__(x)``, ``refresh()``) timed under ``name``."""
 
-    def __init__(self, projection: object, name: str, timers: Timers, features: tuple[int, int]) -> None:
-        self.projection, self.features = projection, features
+    def __init__(self, projection: object, name: str, timers: Timers) -> None:
+        self.projection = projection
         self._call = timers.wrap(name, projection.__call__)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -121,13 +121,15 @@ def main() -> None:
     config = gen.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     qkv_out = (config.num_attention_heads + 2 * config.num_key_value_heads) * head_dim
-    shapes = {"qkv": (qkv_out, config.hidden_size), "o": (config.hidden_size, config.num_attention_heads * head_dim),
-              "gate_up": (2 * config.intermediate_size, config.hidden_size),
-              "down": (config.hidden_size, config.intermediate_size)}
+    features = {  # (out, in) of each GEMM, by its timer's name
+        "gemm qkv": (qkv_out, config.hidden_size), "gemm o": (config.hidden_size, config.num_attention_heads * head_dim),
+        "gemm gate_up": (2 * config.intermediate_size, config.hidden_size),
+        "gemm down": (config.hidden_size, config.intermediate_size),
+        "gemm lm_head": (config.vocab_size, config.hidden_size)}
     for layer in fused.layers:
         for name in PROJECTIONS:
-            setattr(layer, name, _TimedProjection(getattr(layer, name), f"gemm {name}", timers, shapes[name]))
-    fused.lm_head = _TimedProjection(fused.lm_head, "gemm lm_head", timers, (config.vocab_size, config.hidden_size))
+            setattr(layer, name, _TimedProjection(getattr(layer, name), f"gemm {name}", timers))
+    fused.lm_head = _TimedProjection(fused.lm_head, "gemm lm_head", timers)
     step = fused.step
     fused.step = timers.wrap("step", step)
     t0 = time.perf_counter()
@@ -139,16 +141,15 @@ def main() -> None:
     rate = matmul_flops_per_s(dtype)
     read = read_bandwidth_bytes_per_s()
     step_flops = 2.0 * params * rows
-    floor = max(step_flops / rate, params * (2 if dtype == torch.bfloat16 else 4) / read)
+    weight_read_s = params * (2 if dtype == torch.bfloat16 else 4) / read
+    floor = max(step_flops / rate, weight_read_s)
     per_step = timers.seconds["step"] / steps
     print(f"{stamp()}; {args.threads} thread(s), {args.precision}; {rows} rows live, {steps} decode steps")
     print(f"rollout {wall:.3f} s ({wall - timers.seconds['step']:.3f} s outside the decode steps: prefill, the "
           f"sampling loop); a decode step {per_step * 1000:.2f} ms; its floor {floor * 1000:.2f} ms (FLOPs "
           f"{step_flops / rate * 1000:.2f} ms at {rate / 1e9:.0f} GFLOP/s, weight read "
-          f"{params * (2 if dtype == torch.bfloat16 else 4) / read * 1000:.2f} ms at {read / 1e9:.1f} GB/s): "
+          f"{weight_read_s * 1000:.2f} ms at {read / 1e9:.1f} GB/s): "
           f"{per_step / floor:.2f}x")
-    features = {f"gemm {name}": shapes[name] for name in PROJECTIONS}
-    features["gemm lm_head"] = (config.vocab_size, config.hidden_size)
     parts = sorted(((name, s) for name, s in timers.seconds.items() if name != "step"), key=lambda kv: -kv[1])
     print(f"{'part':22s} {'ms/step':>8s} {'calls/step':>10s} {'share':>6s} {'GFLOP/s':>8s}")
     for name, seconds in parts:
