@@ -7,7 +7,9 @@ layer's weights come from memory, not from a cache warmed by the same GEMM just 
 
 Both builds read the same packed weights (:class:`rlvr.kernels.fused_decode.FusedDecoder`'s) and the same
 random inputs of ``--rows`` rows; their outputs must be equal bit for bit (the same sums in the same order), which
-is checked first. Prints the median milliseconds of one decode step's GEMMs per build, the per-repetition ratio
+is checked first; ``--plain-pages-before`` gives 'before' copies of the packs in torch's own allocations (4 KB pages
+where ``/sys/kernel/mm/transparent_hugepage/enabled`` is not ``always``), as revisions before the decoder's
+huge-page arena read them. Prints the median milliseconds of one decode step's GEMMs per build, the per-repetition ratio
 after / before and the 1-minute load average, with the CPU. Builds go to a temporary folder (~1 min each).
 """
 
@@ -65,6 +67,9 @@ def main() -> None:
     ap.add_argument("--kernel", choices=["dot_linear", "amx_linear"], default="dot_linear")
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--plain-pages-before", action="store_true",
+                    help="'before' reads copies of the packs on 4 KB pages (as revisions before the decoder's "
+                         "huge-page arena allocated them); 'after' the arena's")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -85,17 +90,19 @@ def main() -> None:
     inputs = {k: torch.randn(args.rows, k, generator=gen).bfloat16() for k in (576, 1536)}
     projections = [(p, inputs[p.linears[0].in_features]) for layer in decoder.layers
                    for p in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [(decoder.lm_head, inputs[576])]
-    for projection, x in projections:
-        before, after = (getattr(builds[b], args.kernel)(x, projection.packed, projection.bias,
-                                                          projection.out_features) for b in builds)
+    packs = {"after": [p.packed for p, _ in projections]}
+    packs["before"] = [pack.clone() for pack in packs["after"]] if args.plain_pages_before else packs["after"]
+    for i, (projection, x) in enumerate(projections):
+        before, after = (getattr(builds[b], args.kernel)(x, packs[b][i], projection.bias, projection.out_features)
+                         for b in builds)
         if not torch.equal(before, after):
             sys.exit(f"outputs differ: {float((before.float() - after.float()).abs().max()):.3g} at most")
 
     def run(name: str) -> float:
         kernel = getattr(builds[name], args.kernel)
         t0 = time.perf_counter()
-        for projection, x in projections:
-            kernel(x, projection.packed, projection.bias, projection.out_features)
+        for pack, (projection, x) in zip(packs[name], projections, strict=True):
+            kernel(x, pack, projection.bias, projection.out_features)
         return time.perf_counter() - t0
 
     for name in builds:
@@ -108,7 +115,7 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
     print(f"{stamp()}; {args.threads} thread(s); {args.kernel}, {args.rows} rows, {len(projections)} GEMMs a step; "
-          "outputs equal")
+          f"outputs equal; packs of 'before' on {'4 KB' if args.plain_pages_before else 'the same 2 MB'} pages")
     for name in builds:
         print(f"{name} ({'rev ' + args.old_rev if name == 'before' else 'this tree'}): median "
               f"{statistics.median(times[name]) * 1e3:.2f} ms of GEMMs a decode step")

@@ -474,7 +474,8 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 // of x. A block of up to 4 rows x the group's 4 tiles keeps 16 fp32 accumulators in registers, reading the group's
 // weights from L2. At 16 rows the dot products take about as long as streaming the weights from memory, so the two
 // must overlap: while a group's row blocks compute, each prefetches its share of the next group's weights into L2
-// (a thread's first group streams itself, prefetched 4 chunks, 16 KB, ahead). Decoding 16 rows of SmolLM2 on an
+// (a thread's first group streams itself, prefetched 4 chunks, 16 KB, ahead); the packs lie on 2 MB pages
+// (rlvr/kernels/huge_pages.py), where the read is not cut at every 4 KB page. Decoding 16 rows of SmolLM2 on an
 // AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against 36.0 ms with oneDNN's GEMMs on its
 // own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md), before the next-group prefetch.
 typedef int32_t __attribute__((may_alias)) aliased_i32;

@@ -49,6 +49,7 @@ from transformers.cache_utils import Cache
 
 from rlvr.kernels.build import DECODE_SOURCES, amx_supported, avx2_supported, decode_kernels
 from rlvr.kernels.fp32_decode import fp32_kernels, measured_fp32_decode
+from rlvr.kernels.huge_pages import HugePageArena, slice_bytes
 from rlvr.kernels.packed_linear import pack_weight, packing_supported, unpack_linears
 from rlvr.kernels.timings import cached_timings, choose, measurement_generator, source_digest
 
@@ -109,28 +110,47 @@ def _parameter_dtype(model: nn.Module) -> torch.dtype | None:
     return next(iter(dtypes))[0] if len(dtypes) == 1 and next(iter(dtypes))[1] == "cpu" else None
 
 
-def pack_amx(weights: list[Tensor], kernels: ModuleType) -> Tensor:
+def packed_amx_shape(out_features: list[int], in_features: int) -> tuple[int, int, int, int, int]:
+    """The shape :func:`pack_amx` packs weights of ``out_features`` (N_i) rows and ``in_features`` (K) columns into:
+    (G, K / 32, 4, 16, 32), G = sum ceil(N_i / 64) where every N_i is a multiple of 64 or there is one weight, else
+    ceil(sum N_i / 64) (the weights are stacked first)."""
+    if len(out_features) > 1 and any(n % 64 for n in out_features):
+        out_features = [sum(out_features)]
+    return sum(-(-n // 64) for n in out_features), in_features // 32, 4, 16, 32
+
+
+def pack_amx(weights: list[Tensor], kernels: ModuleType, out: Tensor | None = None) -> Tensor:
     """(N_i, K) bf16 weights stacked along N -> (N' / 64, K / 32, 4, 16, 32), N' = N rounded up to 64 (zero rows): the
     B-tile layout of the ``amx_linear`` kernel, element [g, c, t, p, 2 j + e] = stacked[64 g + 16 t + j, 32 c + 2 p
     + e]. Written by the ``amx_pack`` kernel straight from each weight where every N_i is a multiple of 64 (no stacked
     copy; oneDNN-reorder speed, 3x torch's permuted copy); otherwise the weights are stacked first.
 
+    Args:
+        weights: the (N_i, K) bf16 weights.
+        kernels: the compiled decode kernels (``amx_pack``).
+        out: where to pack (in place, e.g. a slice of a :class:`~rlvr.kernels.huge_pages.HugePageArena`): a bf16
+            tensor of :func:`packed_amx_shape`, whose padding rows past N are zero (they are never written); None:
+            a new tensor.
     Raises:
-        ValueError: K not a multiple of 32.
+        ValueError: K not a multiple of 32, or ``out`` of another shape.
     """
     k = weights[0].shape[1]
     if k % 32:
         raise ValueError(f"AMX packing needs input features in multiples of 32, got {k}")
+    shape = packed_amx_shape([w.shape[0] for w in weights], k)
     if len(weights) > 1 and any(w.shape[0] % 64 for w in weights):
         weights = [torch.cat(weights)]
-    groups = sum(-(-w.shape[0] // 64) for w in weights)
-    aligned = all(w.shape[0] % 64 == 0 for w in weights)
-    packed = (torch.empty if aligned else torch.zeros)((groups, k // 32, 4, 16, 32), dtype=weights[0].dtype)
+    if out is None:
+        aligned = all(w.shape[0] % 64 == 0 for w in weights)
+        out = (torch.empty if aligned else torch.zeros)(shape, dtype=weights[0].dtype)
+    elif tuple(out.shape) != shape or out.dtype != weights[0].dtype:
+        raise ValueError(f"out: expected a {weights[0].dtype} tensor of shape {shape}, got {out.dtype} "
+                         f"{tuple(out.shape)}")
     start = 0
     for weight in weights:
-        kernels.amx_pack(weight.contiguous(), packed, start)
+        kernels.amx_pack(weight.contiguous(), out, start)
         start += -(-weight.shape[0] // 64)
-    return packed
+    return out
 
 
 GEMM_KERNELS = ("amx", "dot", "onednn")
@@ -197,10 +217,14 @@ class _Projection:
     (R, K) -> (R, N) bf16. With AMX and every linear's outputs a multiple of 64 (SmolLM2), each linear itself (the
     prefill's) reads its slice of the same pack (:class:`AmxLinear`)."""
 
-    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, gemm: str) -> None:
+    def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, gemm: str,
+                 arena: HugePageArena | None = None) -> None:
         self.linears, self.kernels = linears, kernels
         self.out_features = sum(lin.out_features for lin in linears)
         self.gemm = gemm if linears[0].in_features % 32 == 0 else "onednn"  # the tiles take inputs in 32s
+        self.packed: Tensor | None = None
+        if self.gemm in ("amx", "dot") and arena is not None:  # packed in place there at every refresh
+            self.packed = arena.take(self.packed_shape(linears), linears[0].weight.dtype)
         self.refresh()
         if self.gemm == "amx" and all(lin.out_features % 64 == 0 for lin in linears):
             start = 0
@@ -212,10 +236,15 @@ class _Projection:
     def refresh(self) -> None:
         weights = [lin.weight.detach() for lin in self.linears]
         if self.gemm in ("amx", "dot"):
-            self.packed = pack_amx(weights, self.kernels)
+            self.packed = pack_amx(weights, self.kernels, out=self.packed)
         else:
             self.packed = pack_weight(torch.cat(weights) if len(weights) > 1 else weights[0])
         self.bias = _concat_bias(*self.linears)
+
+    @staticmethod
+    def packed_shape(linears: tuple[nn.Linear, ...]) -> tuple[int, ...]:
+        """The shape of the pack of ``linears`` (:func:`packed_amx_shape`)."""
+        return packed_amx_shape([lin.out_features for lin in linears], linears[0].in_features)
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.gemm == "amx":
@@ -321,14 +350,22 @@ class FusedDecoder:
         self.scale = self.head_dim ** -0.5
         self.eps = float(config.rms_norm_eps)
         unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
-        projection = _Fp32Projection if self.dtype == torch.float32 else _Projection
-        self.layers = [
-            _Layer(projection((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), kernels, gemm),
-                   projection((lyr.self_attn.o_proj,), kernels, gemm),
-                   projection((lyr.mlp.gate_proj, lyr.mlp.up_proj), kernels, gemm),
-                   projection((lyr.mlp.down_proj,), kernels, gemm), lyr.input_layernorm, lyr.post_attention_layernorm)
-            for lyr in model.model.layers]
-        self.lm_head = projection((model.lm_head,), kernels, gemm)
+        groups = [((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), (lyr.self_attn.o_proj,),
+                   (lyr.mlp.gate_proj, lyr.mlp.up_proj), (lyr.mlp.down_proj,)) for lyr in model.model.layers]
+        arena = None
+        if self.dtype != torch.float32 and gemm in ("amx", "dot"):  # every pack in one block on 2 MB pages
+            tiled = [linears for linears in [*(ls for layer in groups for ls in layer), (model.lm_head,)]
+                     if linears[0].in_features % 32 == 0]
+            arena = HugePageArena(sum(slice_bytes(_Projection.packed_shape(ls), self.dtype) for ls in tiled))
+
+        def projection(linears: tuple[nn.Linear, ...]) -> _Fp32Projection | _Projection:
+            if self.dtype == torch.float32:
+                return _Fp32Projection(linears, kernels, gemm)
+            return _Projection(linears, kernels, gemm, arena)
+
+        self.layers = [_Layer(*(projection(linears) for linears in layer), lyr.input_layernorm,
+                              lyr.post_attention_layernorm) for layer, lyr in zip(groups, model.model.layers)]
+        self.lm_head = projection((model.lm_head,))
 
     @torch.no_grad()
     def refresh(self) -> None:

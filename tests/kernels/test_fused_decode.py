@@ -407,7 +407,7 @@ def test_a_fused_step_is_as_close_to_the_fp32_model_as_transformers_bf16_step(tm
 def test_refresh_follows_a_weight_change(tmp_path, kernels):
     model = _llama(tmp_path)
     gen = _low_precision_copy(model, BF16)
-    fused = FusedDecoder(gen, kernels)
+    fused = FusedDecoder(gen, kernels, gemm="dot")
     ids, mask = torch.tensor([[3, 4, 5]]), torch.ones(1, 3, dtype=torch.long)
 
     with torch.no_grad():  # one prefill (through transformers' modules, which read the plain weights)
@@ -421,8 +421,31 @@ def test_refresh_follows_a_weight_change(tmp_path, kernels):
     with torch.no_grad():
         gen.model.layers[0].self_attn.q_proj.weight.mul_(2.0)  # only the fused q/k/v pack reads this weight
     assert torch.equal(one_step(), before)  # the pack is a snapshot until refreshed
+    packs = [p.packed for layer in fused.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     fused.refresh()
     assert not torch.equal(one_step(), before)
+    qkv = fused.layers[0].qkv
+    assert qkv.packed is packs[0]  # re-packed in place, in the arena
+    assert torch.equal(qkv.packed, pack_amx([lin.weight for lin in qkv.linears], kernels))
+
+
+def test_the_packs_lie_in_one_huge_page_block_in_the_order_a_step_reads_them(tmp_path, kernels):
+    fused = FusedDecoder(_low_precision_copy(_llama(tmp_path), BF16), kernels, gemm="dot")
+    packs = [p.packed for layer in fused.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    packs.append(fused.lm_head.packed)
+    assert packs[0].data_ptr() % (2 << 20) == 0
+    for pack, following in zip(packs, packs[1:]):  # each slice right after the last (sizes are whole 64-byte lines)
+        assert following.data_ptr() == pack.data_ptr() + pack.numel() * pack.element_size()
+
+
+def test_pack_amx_into_a_given_tensor_checks_its_shape(kernels):
+    weights = [torch.randn(70, 64).to(BF16), torch.randn(20, 64).to(BF16)]  # stacked, then padded to 128 rows
+    out = torch.zeros(2, 2, 4, 16, 32, dtype=BF16)
+    assert pack_amx(weights, kernels, out=out) is out
+    assert torch.equal(out, _reference_layout(torch.cat(weights)))
+    with pytest.raises(ValueError, match=r"out: expected a torch.bfloat16 tensor of shape \(2, 2, 4, 16, 32\), got "
+                                         r"torch.bfloat16 \(1, 2, 4, 16, 32\)"):
+        pack_amx(weights, kernels, out=torch.zeros(1, 2, 4, 16, 32, dtype=BF16))
 
 
 def test_a_step_of_the_running_rows_gives_their_logits_of_a_step_of_all_rows(tmp_path, kernels):
