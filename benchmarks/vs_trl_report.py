@@ -326,7 +326,7 @@ before anything is computed).
   running and the attention kernel writes and reads only their caches, so a step's GEMMs, attention and output layer
   shrink as samples end (each row's logits are the same bits either way; tested). In this benchmark's worker (4
   steps, 2 threads, the same tokens sampled as before) the rollout went from ~2.5 s to 2.0-2.4 s (in the invocation
-  at the top, see the next section). And the decode GEMM's choice between `dot_linear` and oneDNN is cached per
+  of 7b3990c, see the next section). And the decode GEMM's choice between `dot_linear` and oneDNN is cached per
   machine (`<rlvr cache>/decode-gemm-<hash>.json`, keyed like the precision measurement and by the kernels' source),
   so two runs on one machine pick the same kernel and the same seed samples the same tokens.
 - Left: the tied embedding's dense fp32 gradient (a 113 MB zero-fill an update, ~0.15 s); the update inside the
@@ -346,7 +346,8 @@ before anything is computed).
   1.7-1.9): bf16 3.36 -> 3.30 s an update (0.86, 0.96, 1.09, 1.01: within noise), fp32 9.23 -> 8.74 s (0.85, 0.92,
   0.97, 0.99: **0.95x**). Element-wise ops are now 4% of the bf16 update under the profiler (GEMMs 64%, at 430 of the
   778 GFLOP/s the machine's bf16 matmul reaches).
-- **Result** (the invocation at the top, code of 7b3990c: the changes of this and the previous section): rlvr 6.84 s a
+- **Result** (the invocation of 2026-12-03 08:40 UTC under "Earlier runs", code of 7b3990c: the changes of this and
+  the previous section): rlvr 6.84 s a
   step (generation 2.46 s, 2.4x its floor; training 4.05 s, 2.7x), TRL 36.6 s, ratio **0.18** (0.19, 0.18, 0.17):
   every pair below 0.2. This EPYC has the flags of the one above but a faster bf16 matmul (778 against 439 GFLOP/s
   at 2 threads, so the training floor is lower and the same update is a larger multiple of it); TRL's step here
@@ -416,6 +417,32 @@ before anything is computed).
   445 against 5.3 ms for the demo's 8). With the input made contiguous (a5a930e, `contiguous_output_input`), a
   rollout of this benchmark's shape took 0.97x as long (2.565 -> 2.463 s, 6 pairs alternated in one process), the
   demo's shape 0.77x (1.736 -> 1.342 s), the same tokens and log-probs (same machine and date).
+- **The decode GEMMs' weights on 2 MB pages** (b7dc5da, `rlvr/kernels/huge_pages.py`). A decode step at 16 rows
+  streams every packed weight once while its dot products run; on 4 KB pages the hardware prefetchers stop at each
+  page boundary and each page costs a TLB miss, and the read fell behind. In a C++ harness over the same packed
+  layout and kernel (not committed; same machine and date), one step's GEMMs took 13.7-14.2 ms on 4 KB pages and
+  12.1 ms on 2 MB pages, where a step of 1 row, the read alone, took 9.2 ms. The fused decoder now packs every
+  weight into one block on transparent huge pages (`madvise(MADV_HUGEPAGE)`), in the order a step reads them,
+  re-packed in place after each weight sync. `python benchmarks/bench_decode_gemm_ab.py --old-rev 9146ea7
+  --plain-pages-before --rows R --kernel dot_linear --reps 15 --threads 2` ('before' reads copies of the packs in
+  torch's own allocations, on 4 KB pages; outputs equal bit for bit): a step's GEMMs 14.71 -> 12.57 ms at 16 rows
+  (median ratio 0.86), 43.91 -> 41.09 ms at 64 (0.94), 9.44 -> 7.04 ms at 4 (0.74). `profile_decode.py --threads 2`
+  after it: 16.63-16.68 ms a step against its floor of 9.86-10.07 ms (1.66-1.69x; it was 19.49 ms, 1.86x, at 9146ea7
+  earlier the same day), GEMMs at 301-360 GFLOP/s, attention 2.1 ms (13%). A 4-step demo run with the same seed
+  before and after: IDENTICAL by `scripts/compare_runs.py`.
+- **Result** (the invocation at the top, code of b7dc5da, on the EPYC with the slower bf16 matmul: 435 GFLOP/s in
+  that invocation): rlvr 6.54 s a step (generation 2.16 s, 2.7x its floor of 0.81 s; training 4.38 s, 1.8x its floor
+  of 2.44 s), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.26 s, 0.098 of TRL's step: 0.12 of
+  it would need rlvr within 1.22x of the floor in both stages at once on this CPU. The generation floor there counts
+  every decode step at the matmul rate; the steps where few rows are left are bound by the weight read instead.
+- Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
+  of issued at its start (0.98 at 16 rows, 1.00 at 64, 1.05 at 4); blocks of 6 rows instead of 4 (no faster with the
+  weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
+  each broadcast over two key blocks and four value columns (bit-identical outputs): attention 2.12 -> 2.09 ms a
+  step. With its data in cache the decode attention costs ~11 ns per cached position per (row, KV head) (1 thread:
+  0.47 us a task at 16 positions, 3.08 us at 256), about 35 cycles for 24 FMAs and 8 bf16 -> fp32 widenings (which
+  take the shuffle unit); `vdpbf16ps` over keys and values laid out in pairs would cut both, a change of the cache
+  layout (not done).
 
 ## Earlier runs of this benchmark
 
@@ -429,6 +456,9 @@ Then (4c87ae5, 2026-12-02: the decode GEMMs, log-prob kernels and one-rank optim
 Then (7b09067, 2026-12-02 19:44 UTC: the decode GEMM's prefetch and segment-split attention; bf16 matmul 439 GFLOP/s,
 fp32 205, read 31.3 GB/s), load 1.2-2.0: rlvr 7.53 s (generation 2.71: 2.5x its floor; training 4.78: 1.8x), TRL
 33.1 s, ratio **0.23** (0.22, 0.23, 0.23); the tiny model 0.06.
+Then (7b3990c, 2026-12-03 08:40 UTC: RMSNorm and SwiGLU as kernels; on the AMD EPYC with the faster bf16 matmul,
+778 GFLOP/s, fp32 181, read 33.5 GB/s), load 1.8-1.9: rlvr 6.84 s (generation 2.46: 2.4x its floor; training 4.05:
+2.7x), TRL 36.6 s, ratio **0.18** (0.19, 0.18, 0.17); the tiny model 0.06.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
