@@ -39,13 +39,16 @@ class HugePageArena:
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         size = math.ceil(max(nbytes, 1) / HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to start on a 2 MB boundary
-        mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            try:
-                mapping.madvise(mmap.MADV_HUGEPAGE)
-            except OSError:  # a kernel without transparent huge pages: plain pages
-                pass
-        memory = torch.frombuffer(mapping, dtype=torch.uint8)  # keeps the mapping alive
+        if hasattr(mmap, "MAP_ANONYMOUS"):
+            mapping = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                try:
+                    mapping.madvise(mmap.MADV_HUGEPAGE)
+                except OSError:  # a kernel without transparent huge pages: plain pages
+                    pass
+            memory = torch.frombuffer(mapping, dtype=torch.uint8)  # keeps the mapping alive
+        else:  # no anonymous mappings (Windows): plain memory
+            memory = torch.zeros(size, dtype=torch.uint8)
         skip = -memory.data_ptr() % HUGE_PAGE
         self._memory = memory[skip:skip + nbytes]
         self._used = 0
