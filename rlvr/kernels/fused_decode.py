@@ -309,7 +309,9 @@ class _Layer:
 class FusedDecoder:
     """The decode step of ``model`` through fused kernels (see the module docstring), in its parameters' dtype
     (bf16 or fp32). The norms and the embedding are read from the model's parameters. In bf16 the GEMMs read packed
-    copies made here (q/k/v and gate/up stacked), which :meth:`refresh` rebuilds after the parameters change; the
+    copies made here (q/k/v and gate/up stacked; the tile packs in one block on 2 MB pages, in the order a step reads
+    them: :class:`~rlvr.kernels.huge_pages.HugePageArena`), which :meth:`refresh` re-packs in place after the
+    parameters change; the
     model's own linears (only the prefill calls them) stay ``F.linear`` on the plain weights, or read their slice of
     the packs (:class:`AmxLinear`); packed ones (:class:`rlvr.kernels.packed_linear.PackedLinear`) go back to
     plain, their copy would be a second one. In fp32 the GEMMs read the layers' own weights at every step.
@@ -350,11 +352,11 @@ class FusedDecoder:
         self.scale = self.head_dim ** -0.5
         self.eps = float(config.rms_norm_eps)
         unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
-        groups = [((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), (lyr.self_attn.o_proj,),
+        per_layer = [((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), (lyr.self_attn.o_proj,),
                    (lyr.mlp.gate_proj, lyr.mlp.up_proj), (lyr.mlp.down_proj,)) for lyr in model.model.layers]
         arena = None
         if self.dtype != torch.float32 and gemm in ("amx", "dot"):  # every pack in one block on 2 MB pages
-            tiled = [linears for linears in [*(ls for layer in groups for ls in layer), (model.lm_head,)]
+            tiled = [linears for linears in [*(ls for layer in per_layer for ls in layer), (model.lm_head,)]
                      if linears[0].in_features % 32 == 0]
             arena = HugePageArena(sum(slice_bytes(_Projection.packed_shape(ls), self.dtype) for ls in tiled))
 
@@ -364,7 +366,7 @@ class FusedDecoder:
             return _Projection(linears, kernels, gemm, arena)
 
         self.layers = [_Layer(*(projection(linears) for linears in layer), lyr.input_layernorm,
-                              lyr.post_attention_layernorm) for layer, lyr in zip(groups, model.model.layers)]
+                              lyr.post_attention_layernorm) for layer, lyr in zip(per_layer, model.model.layers)]
         self.lm_head = projection((model.lm_head,))
 
     @torch.no_grad()

