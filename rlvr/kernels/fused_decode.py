@@ -112,11 +112,8 @@ def _parameter_dtype(model: nn.Module) -> torch.dtype | None:
 
 def packed_amx_shape(out_features: list[int], in_features: int) -> tuple[int, int, int, int, int]:
     """The shape :func:`pack_amx` packs weights of ``out_features`` (N_i) rows and ``in_features`` (K) columns into:
-    (G, K / 32, 4, 16, 32), G = sum ceil(N_i / 64) where every N_i is a multiple of 64 or there is one weight, else
-    ceil(sum N_i / 64) (the weights are stacked first)."""
-    if len(out_features) > 1 and any(n % 64 for n in out_features):
-        out_features = [sum(out_features)]
-    return sum(-(-n // 64) for n in out_features), in_features // 32, 4, 16, 32
+    (ceil(sum N_i / 64), K / 32, 4, 16, 32)."""
+    return -(-sum(out_features) // 64), in_features // 32, 4, 16, 32
 
 
 def pack_amx(weights: list[Tensor], kernels: ModuleType, out: Tensor | None = None) -> Tensor:
@@ -221,7 +218,7 @@ class _Projection:
                  arena: HugePageArena | None = None) -> None:
         self.linears, self.kernels = linears, kernels
         self.out_features = sum(lin.out_features for lin in linears)
-        self.gemm = gemm if linears[0].in_features % 32 == 0 else "onednn"  # the tiles take inputs in 32s
+        self.gemm = gemm if self.tile_packed(linears, gemm) else "onednn"
         self.packed: Tensor | None = None
         if self.gemm in ("amx", "dot") and arena is not None:  # packed in place there at every refresh
             self.packed = arena.take(self.packed_shape(linears), linears[0].weight.dtype)
@@ -240,6 +237,12 @@ class _Projection:
         else:
             self.packed = pack_weight(torch.cat(weights) if len(weights) > 1 else weights[0])
         self.bias = _concat_bias(*self.linears)
+
+    @staticmethod
+    def tile_packed(linears: tuple[nn.Linear, ...], gemm: str) -> bool:
+        """Whether ``linears`` with ``gemm`` read a :func:`pack_amx` pack: an ``amx`` or ``dot`` GEMM, and input
+        features in multiples of 32 (the tiles take inputs in 32s; others go to oneDNN)."""
+        return gemm in ("amx", "dot") and linears[0].in_features % 32 == 0
 
     @staticmethod
     def packed_shape(linears: tuple[nn.Linear, ...]) -> tuple[int, ...]:
@@ -309,9 +312,9 @@ class _Layer:
 class FusedDecoder:
     """The decode step of ``model`` through fused kernels (see the module docstring), in its parameters' dtype
     (bf16 or fp32). The norms and the embedding are read from the model's parameters. In bf16 the GEMMs read packed
-    copies made here (q/k/v and gate/up stacked; the tile packs in one block on 2 MB pages, in the order a step reads
-    them: :class:`~rlvr.kernels.huge_pages.HugePageArena`), which :meth:`refresh` re-packs in place after the
-    parameters change; the
+    copies made here (q/k/v and gate/up stacked; the tile packs in one block asked for on 2 MB pages, in the order a
+    step reads them: :class:`~rlvr.kernels.huge_pages.HugePageArena`), which :meth:`refresh` re-packs in place after
+    the parameters change; the
     model's own linears (only the prefill calls them) stay ``F.linear`` on the plain weights, or read their slice of
     the packs (:class:`AmxLinear`); packed ones (:class:`rlvr.kernels.packed_linear.PackedLinear`) go back to
     plain, their copy would be a second one. In fp32 the GEMMs read the layers' own weights at every step.
@@ -355,9 +358,9 @@ class FusedDecoder:
         per_layer = [((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), (lyr.self_attn.o_proj,),
                    (lyr.mlp.gate_proj, lyr.mlp.up_proj), (lyr.mlp.down_proj,)) for lyr in model.model.layers]
         arena = None
-        if self.dtype != torch.float32 and gemm in ("amx", "dot"):  # every pack in one block on 2 MB pages
+        if self.dtype != torch.float32 and gemm in ("amx", "dot"):  # every pack in one block, on 2 MB pages
             tiled = [linears for linears in [*(ls for layer in per_layer for ls in layer), (model.lm_head,)]
-                     if linears[0].in_features % 32 == 0]
+                     if _Projection.tile_packed(linears, gemm)]
             arena = HugePageArena(sum(slice_bytes(_Projection.packed_shape(ls), self.dtype) for ls in tiled))
 
         def projection(linears: tuple[nn.Linear, ...]) -> _Fp32Projection | _Projection:
@@ -371,7 +374,8 @@ class FusedDecoder:
 
     @torch.no_grad()
     def refresh(self) -> None:
-        """Re-pack every GEMM's weights from the model's parameters (after a weight sync; a no-op in fp32)."""
+        """Re-pack every GEMM's weights from the model's parameters (after a weight sync; a no-op in fp32), in place:
+        no step may run during it (it would read packs half written)."""
         for layer in self.layers:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
                 projection.refresh()

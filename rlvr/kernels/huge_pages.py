@@ -7,6 +7,9 @@ stop at every page boundary and each page costs a TLB miss, so the read falls be
 2 MB pages against 13.7-14.2 ms on 4 KB ones (``benchmarks/RESULTS.md``). Linux maps an anonymous region on
 transparent huge pages when asked (``madvise(MADV_HUGEPAGE)``, which the common ``madvise`` setting of
 ``/sys/kernel/mm/transparent_hugepage/enabled`` honours); elsewhere the arena is plain memory and works the same.
+torch's ``THP_MEM_ALLOC_ENABLE=1`` puts every large allocation of a process on huge pages instead; for the training
+update, which allocates and frees hundreds of MB a micro-batch, it raised system time and gained nothing
+(``benchmarks/RESULTS.md``), so only what a kernel streams at every step asks for them here.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ ALIGN = 64
 
 
 class HugePageArena:
-    """``nbytes`` of zero-filled memory, starting on a 2 MB boundary, handed out in slices by :meth:`take`.
+    """``nbytes`` of zero-filled memory, starting on a 2 MB boundary and asked for on 2 MB pages, handed out in
+    slices by :meth:`take`.
 
     The memory lives as long as any slice (each slice's tensor keeps the mapping). Slices are never returned: the
     arena is sized once for what its owner holds for its life (the decode step's packed weights, re-packed in place).
+    The mapping is private: while a forked child lives, the parent's writes copy the pages they touch (4 KB pieces of
+    a 2 MB page, until the kernel merges them again), as for any memory of the process.
 
     Args:
         nbytes: the sum of what will be taken, each slice's :func:`slice_bytes`.
@@ -47,9 +53,10 @@ class HugePageArena:
                 except OSError:  # a kernel without transparent huge pages: plain pages
                     pass
             memory = torch.frombuffer(mapping, dtype=torch.uint8)  # keeps the mapping alive
-        else:  # no anonymous mappings (Windows): plain memory
-            memory = torch.zeros(size, dtype=torch.uint8)
-        skip = -memory.data_ptr() % HUGE_PAGE
+            skip = -memory.data_ptr() % HUGE_PAGE
+        else:  # no anonymous mappings (Windows): plain memory, aligned to a line only
+            memory = torch.zeros(nbytes + ALIGN, dtype=torch.uint8)
+            skip = -memory.data_ptr() % ALIGN
         self._memory = memory[skip:skip + nbytes]
         self._used = 0
 

@@ -429,7 +429,7 @@ def test_refresh_follows_a_weight_change(tmp_path, kernels):
     assert torch.equal(qkv.packed, pack_amx([lin.weight for lin in qkv.linears], kernels))
 
 
-def test_the_packs_lie_in_one_huge_page_block_in_the_order_a_step_reads_them(tmp_path, kernels):
+def test_the_packs_lie_in_one_2mb_aligned_block_in_the_order_a_step_reads_them(tmp_path, kernels):
     fused = FusedDecoder(_low_precision_copy(_llama(tmp_path), BF16), kernels, gemm="dot")
     packs = [p.packed for layer in fused.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
     packs.append(fused.lm_head.packed)
