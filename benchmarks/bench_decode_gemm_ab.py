@@ -29,9 +29,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from rlvr.kernels.build import DECODE_SOURCES  # noqa: E402
+
 KERNEL_DIRS = ("rlvr/kernels", "rlvr/rollout/cpu")
 """Where the decode kernels' sources are: this tree's folder, then the one older revisions kept them in."""
-SOURCES = ("decode_kernels.cpp", "avx512.h", "decode_common.h")
+SOURCES = tuple(path.name for path in DECODE_SOURCES)
 """The extension's source, then the headers it may include (an older revision may lack one)."""
 
 

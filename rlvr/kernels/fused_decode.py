@@ -215,13 +215,13 @@ class _Projection:
     prefill's) reads its slice of the same pack (:class:`AmxLinear`)."""
 
     def __init__(self, linears: tuple[nn.Linear, ...], kernels: ModuleType, gemm: str,
-                 arena: HugePageArena | None = None) -> None:
+                 arena: HugePageArena | None) -> None:
         self.linears, self.kernels = linears, kernels
         self.out_features = sum(lin.out_features for lin in linears)
         self.gemm = gemm if self.tile_packed(linears, gemm) else "onednn"
-        self.packed: Tensor | None = None
-        if self.gemm in ("amx", "dot") and arena is not None:  # packed in place there at every refresh
-            self.packed = arena.take(self.packed_shape(linears), linears[0].weight.dtype)
+        # a tile pack lives in the arena, re-packed in place at every refresh (FusedDecoder sizes the arena for it)
+        self.packed = (arena.take(self.packed_shape(linears), linears[0].weight.dtype) if self.gemm in ("amx", "dot")
+                       else None)
         self.refresh()
         if self.gemm == "amx" and all(lin.out_features % 64 == 0 for lin in linears):
             start = 0
@@ -357,11 +357,11 @@ class FusedDecoder:
         unpack_linears(model)  # a packed copy of its own would be a second one (the engine never packs it)
         per_layer = [((lyr.self_attn.q_proj, lyr.self_attn.k_proj, lyr.self_attn.v_proj), (lyr.self_attn.o_proj,),
                    (lyr.mlp.gate_proj, lyr.mlp.up_proj), (lyr.mlp.down_proj,)) for lyr in model.model.layers]
-        arena = None
-        if self.dtype != torch.float32 and gemm in ("amx", "dot"):  # every pack in one block, on 2 MB pages
-            tiled = [linears for linears in [*(ls for layer in per_layer for ls in layer), (model.lm_head,)]
-                     if _Projection.tile_packed(linears, gemm)]
-            arena = HugePageArena(sum(slice_bytes(_Projection.packed_shape(ls), self.dtype) for ls in tiled))
+        # every tile pack in one block, asked for on 2 MB pages
+        tiled = [linears for linears in [*(ls for layer in per_layer for ls in layer), (model.lm_head,)]
+                 if self.dtype != torch.float32 and _Projection.tile_packed(linears, gemm)]
+        arena = (HugePageArena(sum(slice_bytes(_Projection.packed_shape(ls), self.dtype) for ls in tiled))
+                 if tiled else None)
 
         def projection(linears: tuple[nn.Linear, ...]) -> _Fp32Projection | _Projection:
             if self.dtype == torch.float32:
