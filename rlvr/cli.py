@@ -35,6 +35,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from rlvr.runtime.interrupts import latch_sigint
+
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that are the user's to fix: printed as one line, no traceback."""
@@ -327,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(verbose=args.verbose)
     threading.excepthook = _disk_full_is_the_main_threads_to_report
     stacks_on_sigusr1()
+    latch_sigint()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -36,6 +36,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from rlvr.runtime.interrupts import raise_if_interrupted
+
 if TYPE_CHECKING:
     from rlvr.kernels.fused_decode import FusedDecoder
 
@@ -185,6 +187,7 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     # plain temperature sampling on the fused path: one kernel per step draws (same uniforms as sample_categorical)
     fused_sampling = fused is not None and temperature > 0 and not top_k and top_p >= 1.0
     for step in range(max_new_tokens):
+        raise_if_interrupted()
         if fused_sampling:
             token, lp = fused.sample_tokens(logits, temperature)
         else:

@@ -26,6 +26,7 @@ from rlvr.runs.plots import plot_curves, plot_tools
 from rlvr.runtime.atomic import atomic_write_text
 from rlvr.runtime.cpu_time import process_tree_cpu_seconds
 from rlvr.runtime.distributed import all_reduce_max
+from rlvr.runtime.interrupts import raise_if_interrupted
 from rlvr.trainer.progress import CollapseWatch, FailureStreaks, TrainProgress, VerifierFailedError, phase
 
 if TYPE_CHECKING:
@@ -196,6 +197,7 @@ class TrainingRun:
         that step's checkpoint) when a verifier has failed on every sample for ``trainer.max_failed_steps`` steps."""
         t, r = self.trainer, self.recipe
         while not self._finished():
+            raise_if_interrupted()
             result = t.step()
             metrics = result.metrics
             self._count_cpu_seconds(loop_start_cpu_s, spent_before_s)

@@ -184,6 +184,45 @@ def test_ctrl_c_is_one_line_that_says_how_to_continue(tiny, tmp_path):
     assert line.startswith("interrupted at step ") and f"-o {run} --resume` continues from it" in line, line
 
 
+def test_ctrl_c_swallowed_by_a_destructor_still_ends_the_run_after_the_step(tiny, tmp_path, capsys, monkeypatch):
+    """SIGINT that lands in a ``__del__`` (Python prints "Exception ignored" and goes on) stops the run at the next
+    step boundary, with the same line and exit code as any Ctrl-C."""
+    import signal
+    import sys
+
+    from rlvr.runtime import interrupts
+    from rlvr.trainer.trainer import RLTrainer
+
+    class InterruptedWhileCollected:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)
+
+    step = RLTrainer.step
+
+    def step_then_swallowed_interrupt(self):
+        result = step(self)
+        if self.step_done == 2:
+            InterruptedWhileCollected()  # collected at once: its KeyboardInterrupt is swallowed
+        return result
+
+    monkeypatch.setattr(RLTrainer, "step", step_then_swallowed_interrupt)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test, as is SIGINT's handler
+    monkeypatch.setattr(interrupts, "_pending", False)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        recipe = tmp_path / "r.yaml"
+        recipe.write_text(yaml.safe_dump(tiny_recipe(*tiny, trainer={"steps": 5, "save_every": 1})))
+        run = tmp_path / "run"
+        assert main(["train", str(recipe), "-o", str(run)]) == 130
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("interrupted")]
+    assert line.startswith("interrupted at step 2 of 5; the newest checkpoint is step-2: "), line
+    assert [m["step"] for m in read_metrics(run) if "reward/mean" in m] == [1, 2]
+
+
 def test_collapse_watch_names_what_happened_once():
     from rlvr.trainer.progress import CollapseWatch
 
