@@ -4,9 +4,9 @@ attention code of an older revision against this tree's, alternated in one proce
 
     python benchmarks/bench_update_ab.py --old-rev REV --shape demo --before-micro-batch 16 --micro-batch 64 --reps 4
 
-``before`` runs ``rlvr/models/logprobs.py`` and ``rlvr/models/attention.py`` as they were at ``REV`` (read with
-``git show``) with ``--before-micro-batch`` rows per forward, and the modules' RMSNorm / SwiGLU kernels only if
-``REV`` had them (``rlvr/kernels/cpu_fused_layers.py``); ``after`` runs this tree's with ``--micro-batch``. Both
+``before`` runs ``rlvr/models/logprobs.py``, ``rlvr/models/attention.py`` and ``rlvr/kernels/cpu_fused_layers.py``
+as they were at ``REV`` (read with ``git show``; the last over this tree's compiled kernels) with
+``--before-micro-batch`` rows per forward, the RMSNorm / SwiGLU kernels only if ``REV`` had them; ``after`` runs this tree's with ``--micro-batch``. Both
 take the same random ids of a real step's shapes (:data:`SHAPES`), the same token-weighted loss and an AdamW step at
 learning rate 0 (the same work, and the weights stay as they are, so every repetition computes the same thing).
 Prints each repetition, the medians, the per-pair ratio after / before and the 1-minute load average, with the CPU.
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import MethodType, ModuleType
 
 import torch
 
@@ -107,17 +107,20 @@ def load_model() -> torch.nn.Module:
     return model
 
 
-def fused_layers_switch(model: torch.nn.Module) -> Callable[[bool], None]:
-    """A switch between the modules' fused forwards (set on the instances by ``fuse_cpu_layers``) and their classes'
-    own: ``switch(False)`` runs transformers' ops, ``switch(True)`` the kernels again."""
+def fused_layers_switch(model: torch.nn.Module, before: ModuleType | None = None) -> Callable[[str], None]:
+    """A switch of the RMSNorm and MLP modules' forwards: ``switch("after")`` the fused forwards ``fuse_cpu_layers``
+    set on the instances, ``switch("none")`` their classes' own (transformers' ops), ``switch("before")`` the forwards
+    of ``before`` (an older ``cpu_fused_layers`` module; this tree's where None)."""
     fused = {module: module.__dict__["forward"] for module in model.modules() if "forward" in module.__dict__}
+    old = {module: MethodType(getattr(before, forward.__func__.__name__), module) if before is not None else forward
+           for module, forward in fused.items()}
 
-    def switch(on: bool) -> None:
+    def switch(state: str) -> None:
         for module, forward in fused.items():
-            if on:
-                module.forward = forward
-            else:
+            if state == "none":
                 module.__dict__.pop("forward", None)
+            else:
+                module.forward = forward if state == "after" else old[module]
     return switch
 
 
@@ -131,6 +134,20 @@ def _module_at(rev: str, path: str, name: str, folder: Path) -> ModuleType:
     sys.modules[name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
+
+
+def old_fused_layers(rev: str) -> ModuleType | None:
+    """``rlvr/kernels/cpu_fused_layers.py`` as it was at ``rev``, its forwards calling this tree's compiled kernels
+    (each kernel call the old code makes must still take its arguments); None where ``rev`` has no such file."""
+    from rlvr.kernels import cpu_fused_layers
+
+    if subprocess.run(["git", "cat-file", "-e", f"{rev}:rlvr/kernels/cpu_fused_layers.py"], cwd=ROOT,
+                      capture_output=True).returncode != 0:
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        old = _module_at(rev, "rlvr/kernels/cpu_fused_layers.py", "old_cpu_fused_layers", Path(folder))
+    old.fused_layer_kernels = cpu_fused_layers.fused_layer_kernels
+    return old
 
 
 def main() -> None:
@@ -161,15 +178,16 @@ def main() -> None:
         old_logprobs.GQA_ATTENTION = "rlvr_gqa_before"
 
     model = load_model()
-    fused_layers = fused_layers_switch(model)
-    before_fused = any(subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:{path}"], cwd=ROOT,
-                                      capture_output=True).returncode == 0
-                       for path in ("rlvr/kernels/cpu_fused_layers.py", "rlvr/models/cpu_fused_layers.py"))
+    fused_layers = fused_layers_switch(model, old_fused_layers(args.old_rev))
+    before_fused = "before" if any(subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:{path}"], cwd=ROOT,
+                                                  capture_output=True).returncode == 0
+                                   for path in ("rlvr/kernels/cpu_fused_layers.py",
+                                                "rlvr/models/cpu_fused_layers.py")) else "none"
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     dtype = torch.bfloat16 if args.precision == "bf16" else None
     batch = make_batch(args.shape)
     variants = {"before": (old_logprobs, "rlvr_gqa_before", args.before_micro_batch, before_fused),
-                "after": (logprobs, attention.GQA_ATTENTION, args.micro_batch, True)}
+                "after": (logprobs, attention.GQA_ATTENTION, args.micro_batch, "after")}
 
     def run(name: str) -> float:
         module, attn, micro_batch, fused = variants[name]
@@ -203,7 +221,7 @@ def main() -> None:
 
 
 def logprob_gap(model: torch.nn.Module, variants: dict, batch: UpdateBatch, autocast_dtype: torch.dtype | None,
-                fused_layers: Callable[[bool], None]) -> dict[str, tuple[float, float]]:
+                fused_layers: Callable[[str], None]) -> dict[str, tuple[float, float]]:
     """Max and mean |difference| of the batch's response log-probs (all rows in one micro-batch, no grad): after vs
     before, and each against the before code in fp32 (what rounding alone moves; random ids make high-entropy
     predictions, so bf16 moves them more than real text would)."""

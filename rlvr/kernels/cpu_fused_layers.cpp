@@ -28,18 +28,10 @@ void check_like(const torch::Tensor& t, const torch::Tensor& like, const char* n
 
 // ---- RMSNorm: y = weight * (x * r), r = rsqrt(mean(x^2) + eps) per row (transformers' LlamaRMSNorm in fp32) ----
 
-// x (N, H) fp32, weight (H,) fp32 -> y (N, H) fp32 and r (N,) fp32 (kept for the backward).
-std::vector<torch::Tensor> rms_norm_forward(torch::Tensor x, torch::Tensor weight, double eps) {
-  check_fp32(x, "x", 2);
-  check_fp32(weight, "weight", 1);
-  const int64_t n = x.size(0), h = x.size(1);
-  TORCH_CHECK(weight.size(0) == h, "weight: expected (", h, ",), got ", weight.sizes());
-  auto y = torch::empty_like(x);
-  auto rstd = torch::empty({n}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = weight.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  float* rp = rstd.data_ptr<float>();
+// x (N, H) fp32, weight (H,) fp32 -> y (N, H) fp32, or bf16 rounded once from the fp32 result (what autocast's cast
+// of an fp32 y gives, without a second pass), and r (N,) fp32 (kept for the backward).
+template <typename T>
+void rms_norm_forward_impl(const float* xp, const float* wp, T* yp, float* rp, int64_t n, int64_t h, float eps) {
   const int64_t vec = h / 8 * 8;
   at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -48,45 +40,48 @@ std::vector<torch::Tensor> rms_norm_forward(torch::Tensor x, torch::Tensor weigh
       for (int64_t j = 0; j < vec; j += 8) acc = _mm256_fmadd_ps(load8(row + j), load8(row + j), acc);
       float sum = hsum(acc);
       for (int64_t j = vec; j < h; ++j) sum += row[j] * row[j];
-      const float r = 1.0f / std::sqrt(sum / static_cast<float>(h) + static_cast<float>(eps));
+      const float r = 1.0f / std::sqrt(sum / static_cast<float>(h) + eps);
       rp[i] = r;
       const __m256 rv = _mm256_set1_ps(r);
-      float* out = yp + i * h;
+      T* out = yp + i * h;
       for (int64_t j = 0; j < vec; j += 8)
         store8(out + j, _mm256_mul_ps(load8(wp + j), _mm256_mul_ps(load8(row + j), rv)));
-      for (int64_t j = vec; j < h; ++j) out[j] = wp[j] * (row[j] * r);
+      for (int64_t j = vec; j < h; ++j) store1(out + j, wp[j] * (row[j] * r));
     }
   });
-  return {y, rstd};
 }
 
-// grad (N, H) fp32 of y, x and weight as forward, r (N,) from it -> grad_x (N, H) and grad_weight (H,), fp32:
-//   grad_x = r * (weight * grad - x * r^2 * mean_j(weight_j grad_j x_j)),  grad_weight = sum_rows grad * x * r.
-// grad_weight sums per thread, then over threads in order (the same bits for the same thread count).
-std::vector<torch::Tensor> rms_norm_backward(torch::Tensor grad, torch::Tensor x, torch::Tensor weight,
-                                             torch::Tensor rstd) {
+std::vector<torch::Tensor> rms_norm_forward(torch::Tensor x, torch::Tensor weight, double eps, bool bf16_out) {
   check_fp32(x, "x", 2);
-  check_like(grad, x, "grad");
   check_fp32(weight, "weight", 1);
   const int64_t n = x.size(0), h = x.size(1);
   TORCH_CHECK(weight.size(0) == h, "weight: expected (", h, ",), got ", weight.sizes());
-  check_fp32(rstd, "rstd", 1);
-  TORCH_CHECK(rstd.size(0) == n, "rstd: expected (", n, ",), got ", rstd.sizes());
-  auto grad_x = torch::empty_like(x);
-  const int threads = at::get_num_threads();
-  auto partial = torch::zeros({threads, h}, x.options());
-  const float* gp = grad.data_ptr<float>();
+  auto y = torch::empty_like(x, bf16_out ? torch::kBFloat16 : torch::kFloat32);
+  auto rstd = torch::empty({n}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* wp = weight.data_ptr<float>();
-  const float* rp = rstd.data_ptr<float>();
-  float* gxp = grad_x.data_ptr<float>();
-  float* pp = partial.data_ptr<float>();
+  float* rp = rstd.data_ptr<float>();
+  if (bf16_out)
+    rms_norm_forward_impl(xp, wp, reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), rp, n, h,
+                          static_cast<float>(eps));
+  else
+    rms_norm_forward_impl(xp, wp, y.data_ptr<float>(), rp, n, h, static_cast<float>(eps));
+  return {y, rstd};
+}
+
+// grad (N, H) of y (fp32, or bf16 where y was), x and weight as forward, r (N,) from it -> grad_x (N, H) and
+// grad_weight (H,), fp32:
+//   grad_x = r * (weight * grad - x * r^2 * mean_j(weight_j grad_j x_j)),  grad_weight = sum_rows grad * x * r.
+// grad_weight sums per thread, then over threads in order (the same bits for the same thread count).
+template <typename T>
+void rms_norm_backward_impl(const T* gp, const float* xp, const float* wp, const float* rp, float* gxp, float* pp,
+                            int64_t n, int64_t h) {
   const int64_t vec = h / 8 * 8;
   const float inv_h = 1.0f / static_cast<float>(h);
   at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
     float* gw = pp + at::get_thread_num() * h;
     for (int64_t i = begin; i < end; ++i) {
-      const float* g = gp + i * h;
+      const T* g = gp + i * h;
       const float* row = xp + i * h;
       const float r = rp[i];
       const __m256 rv = _mm256_set1_ps(r);
@@ -98,8 +93,9 @@ std::vector<torch::Tensor> rms_norm_backward(torch::Tensor grad, torch::Tensor x
       }
       float dot = hsum(acc);
       for (int64_t j = vec; j < h; ++j) {
-        dot += wp[j] * g[j] * row[j];
-        gw[j] += g[j] * row[j] * r;
+        const float gj = load1(g + j);
+        dot += wp[j] * gj * row[j];
+        gw[j] += gj * row[j] * r;
       }
       const float c = r * r * dot * inv_h;
       const __m256 cv = _mm256_set1_ps(c);
@@ -107,9 +103,34 @@ std::vector<torch::Tensor> rms_norm_backward(torch::Tensor grad, torch::Tensor x
       for (int64_t j = 0; j < vec; j += 8)
         store8(out + j, _mm256_mul_ps(rv, _mm256_fnmadd_ps(load8(row + j), cv, _mm256_mul_ps(load8(wp + j),
                                                                                                load8(g + j)))));
-      for (int64_t j = vec; j < h; ++j) out[j] = r * (wp[j] * g[j] - row[j] * c);
+      for (int64_t j = vec; j < h; ++j) out[j] = r * (wp[j] * load1(g + j) - row[j] * c);
     }
   });
+}
+
+std::vector<torch::Tensor> rms_norm_backward(torch::Tensor grad, torch::Tensor x, torch::Tensor weight,
+                                             torch::Tensor rstd) {
+  check_fp32(x, "x", 2);
+  TORCH_CHECK(grad.device().is_cpu() && grad.is_contiguous() && grad.sizes() == x.sizes() &&
+                  (grad.scalar_type() == torch::kFloat32 || grad.scalar_type() == torch::kBFloat16),
+              "grad: expected a contiguous fp32 or bf16 CPU tensor of shape ", x.sizes(), ", got ",
+              grad.scalar_type(), " of shape ", grad.sizes(), grad.is_contiguous() ? "" : " (not contiguous)");
+  check_fp32(weight, "weight", 1);
+  const int64_t n = x.size(0), h = x.size(1);
+  TORCH_CHECK(weight.size(0) == h, "weight: expected (", h, ",), got ", weight.sizes());
+  check_fp32(rstd, "rstd", 1);
+  TORCH_CHECK(rstd.size(0) == n, "rstd: expected (", n, ",), got ", rstd.sizes());
+  auto grad_x = torch::empty_like(x);
+  auto partial = torch::zeros({at::get_num_threads(), h}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  const float* rp = rstd.data_ptr<float>();
+  if (grad.scalar_type() == torch::kBFloat16)
+    rms_norm_backward_impl(reinterpret_cast<const uint16_t*>(grad.data_ptr<at::BFloat16>()), xp, wp, rp,
+                           grad_x.data_ptr<float>(), partial.data_ptr<float>(), n, h);
+  else
+    rms_norm_backward_impl(grad.data_ptr<float>(), xp, wp, rp, grad_x.data_ptr<float>(), partial.data_ptr<float>(),
+                           n, h);
   return {grad_x, partial.sum(0)};
 }
 
@@ -200,7 +221,8 @@ std::vector<torch::Tensor> silu_mul_backward(torch::Tensor grad, torch::Tensor g
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rms_norm_forward", &rms_norm_forward, "RMSNorm forward: (y, rstd)");
+  m.def("rms_norm_forward", &rms_norm_forward, "RMSNorm forward: (y, rstd)", py::arg("x"), py::arg("weight"),
+        py::arg("eps"), py::arg("bf16_out") = false);
   m.def("rms_norm_backward", &rms_norm_backward, "RMSNorm backward: (grad_x, grad_weight)");
   m.def("silu_mul_forward", &silu_mul_forward, "silu(gate) * up");
   m.def("silu_mul_backward", &silu_mul_backward, "silu(gate) * up backward: (grad_gate, grad_up)");

@@ -8,6 +8,9 @@ RMSNorm and MLP modules of Llama, Mistral and Qwen2/3 models a forward through o
 
 - RMSNorm over fp32 inputs (the residual stream: fp32 in fp32 training and under bf16 autocast over fp32 weights):
   ``weight * (x * rsqrt(mean(x²) + eps))``, the same formula and order of products as transformers', fp32 throughout.
+  Under bf16 autocast the kernel writes its output in bf16, the bits autocast's cast would give each of its readers
+  (the q, k and v projections; gate and up; the output layer), so those casts go; the readers' gradients then meet
+  in bf16 (autograd sums them in the output's dtype) where they were cast to fp32 and summed there.
 - SwiGLU ``silu(gate) * up`` in bf16 or fp32 (the projections' output dtype): computed in fp32 and rounded once,
   where torch rounds ``silu(gate)`` to bf16 before the product (so bf16 outputs may differ by one rounding).
 
@@ -46,22 +49,23 @@ def fused_layer_kernels() -> ModuleType | None:
 
 
 class _RMSNorm(torch.autograd.Function):
-    """``weight * (x * rsqrt(mean(x²) + eps))`` over the last dimension of fp32 ``x`` (..., H), ``weight`` (H,)."""
+    """``weight * (x * rsqrt(mean(x²) + eps))`` over the last dimension of fp32 ``x`` (..., H), ``weight`` (H,); the
+    output fp32, or bf16 (rounded once from the fp32 result) with ``bf16_out``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float, bf16_out: bool) -> Tensor:
         flat = x.reshape(-1, x.shape[-1]).contiguous()
-        y, rstd = fused_layer_kernels().rms_norm_forward(flat, weight.contiguous(), eps)
+        y, rstd = fused_layer_kernels().rms_norm_forward(flat, weight.contiguous(), eps, bf16_out)
         ctx.save_for_backward(flat, weight, rstd)
         ctx.shape = x.shape
         return y.view(x.shape)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:
         flat, weight, rstd = ctx.saved_tensors
         grad_x, grad_weight = fused_layer_kernels().rms_norm_backward(
             grad.reshape(flat.shape).contiguous(), flat, weight.contiguous(), rstd)
-        return grad_x.view(ctx.shape), grad_weight, None
+        return grad_x.view(ctx.shape), grad_weight, None, None
 
 
 class _SiluMul(torch.autograd.Function):
@@ -80,13 +84,14 @@ class _SiluMul(torch.autograd.Function):
         return grad_gate, grad_up
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """RMSNorm of fp32 CPU ``x`` (..., H) with fp32 ``weight`` (H,) through the kernel, same shape and dtype.
+def rms_norm(x: Tensor, weight: Tensor, eps: float, bf16_out: bool = False) -> Tensor:
+    """RMSNorm of fp32 CPU ``x`` (..., H) with fp32 ``weight`` (H,) through the kernel, same shape; fp32, or with
+    ``bf16_out`` bf16 rounded once from the fp32 result (the bits autocast's cast of the fp32 output would give).
 
     Raises:
         RuntimeError: inputs not fp32 on the CPU, or ``weight`` not of size H (from the kernel).
     """
-    return _RMSNorm.apply(x, weight, eps)
+    return _RMSNorm.apply(x, weight, eps, bf16_out)
 
 
 def silu_mul(gate: Tensor, up: Tensor) -> Tensor:
@@ -102,8 +107,14 @@ def _rms_norm_forward(self: nn.Module, hidden_states: Tensor) -> Tensor:
     weight = self.weight
     if (hidden_states.device.type == "cpu" and hidden_states.dtype == torch.float32
             and weight.dtype == torch.float32 and weight.device.type == "cpu"):
-        return rms_norm(hidden_states, weight, self.variance_epsilon)
+        return rms_norm(hidden_states, weight, self.variance_epsilon, bf16_out=_autocast_to_bf16())
     return type(self).forward(self, hidden_states)
+
+
+def _autocast_to_bf16() -> bool:
+    """Whether CPU autocast to bf16 is on: then every reader of an RMSNorm's output (the projections, the output
+    layer) casts it to bf16 first, once per reader (three for q, k and v), so the kernel writes it in bf16 instead."""
+    return torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
 
 
 def _mlp_forward(self: nn.Module, x: Tensor) -> Tensor:

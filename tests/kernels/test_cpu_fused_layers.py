@@ -53,6 +53,31 @@ def test_rms_norm_equals_transformers_module(hidden):
 
 
 @needs_kernels
+@pytest.mark.parametrize("hidden", [576, 37])
+def test_rms_norm_in_bf16_is_the_fp32_output_rounded_once(hidden):
+    """Under bf16 autocast the norm writes the bits autocast's cast of its fp32 output would give, and its backward
+    takes the bf16 gradient as the fp32 one of the same values."""
+    torch.manual_seed(0)
+    w = (1 + 0.3 * torch.randn(hidden)).requires_grad_(True)
+    x = torch.randn(3, 67, hidden, requires_grad=True)
+    grad = torch.randn(3, 67, hidden).to(torch.bfloat16)
+    y32 = rms_norm(x, w, 1e-5)
+    ref_x, ref_w = torch.autograd.grad(y32, (x, w), grad.float())
+    y16 = rms_norm(x, w, 1e-5, bf16_out=True)
+    got_x, got_w = torch.autograd.grad(y16, (x, w), grad)
+    assert y16.dtype == torch.bfloat16 and torch.equal(y16, y32.detach().to(torch.bfloat16))
+    assert got_x.dtype == torch.float32
+    # the same formula over the same values; the compiler may fuse the scalar tail's products differently
+    torch.testing.assert_close(got_x, ref_x, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got_w, ref_w, rtol=1e-6, atol=1e-6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a patched module picks bf16 under autocast, fp32 outside
+        norm = LlamaRMSNorm(hidden, eps=1e-5)
+        assert fuse_cpu_layers(torch.nn.Sequential(norm)) == 1
+        assert norm(x).dtype == torch.bfloat16
+    assert norm(x).dtype == torch.float32
+
+
+@needs_kernels
 def test_silu_mul_by_hand():
     gate = torch.tensor([0.0, 1.0, -2.0], requires_grad=True)
     up = torch.tensor([5.0, 2.0, 3.0], requires_grad=True)
@@ -91,6 +116,9 @@ def test_the_kernels_name_a_bad_input():
         kernels.rms_norm_forward(torch.ones(2, 8, dtype=torch.bfloat16), torch.ones(8), 1e-6)
     with pytest.raises(RuntimeError, match=r"weight: expected \(8,\), got \[9\]"):
         kernels.rms_norm_forward(torch.ones(2, 8), torch.ones(9), 1e-6)
+    with pytest.raises(RuntimeError, match=r"grad: expected a contiguous fp32 or bf16 CPU tensor of shape \[2, 8\], "
+                                           r"got Half"):
+        kernels.rms_norm_backward(torch.ones(2, 8, dtype=torch.half), torch.ones(2, 8), torch.ones(8), torch.ones(2))
     with pytest.raises(RuntimeError, match=r"up: expected a contiguous BFloat16 CPU tensor of shape \[4\], got Float"):
         kernels.silu_mul_forward(torch.ones(4, dtype=torch.bfloat16), torch.ones(4))
     with pytest.raises(RuntimeError, match="gate: expected a contiguous bf16 or fp32 CPU tensor, got Half"):
@@ -130,7 +158,7 @@ def test_inputs_the_kernels_do_not_take_run_the_modules_own_forward(tmp_path, mo
     model = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path), dtype=torch.float32)
     fuse_cpu_layers(model)
     calls = []
-    monkeypatch.setattr(cpu_fused_layers, "rms_norm", lambda *a: calls.append(a) or None)
+    monkeypatch.setattr(cpu_fused_layers, "rms_norm", lambda *a, **kw: calls.append(a) or None)
     norm = model.model.norm
     x = torch.randn(2, 3, model.config.hidden_size, dtype=torch.bfloat16)
     ref = type(norm).forward(norm, x)
