@@ -36,6 +36,7 @@ from rlvr.rollout.base import SamplingParams
 from rlvr.rollout.tool_sampler import ToolSampler, build_tool_sampler, engine_eos_ids
 from rlvr.runs.recipe_inputs import load_sampling_engine, recipe_inputs
 from rlvr.runs.verifier_inputs import sample_dict, tool_verifier_samples
+from rlvr.runtime.interrupts import raise_if_interrupted
 from rlvr.tools.loading import build_environment
 from rlvr.verifiers.reward import RewardFunction
 
@@ -236,6 +237,7 @@ def filter_prompts(recipe: Recipe, out_path: Path, *, k: int = 8, min_rate: floa
         out_path.parent.mkdir(parents=True, exist_ok=True)
         with _Progress(len(prompts), len(measured), progress) as bar, out_path.open("a") as fh:
             for lo in range(0, len(todo), chunk_size):
+                raise_if_interrupted()  # a Ctrl-C a destructor swallowed ends the filter here, every chunk kept
                 chunk = todo[lo:lo + chunk_size]
                 rates, ntok = _measure(chunk, engine, tokenizer, reward_fn, recipe.solved_verifier, k, sampling,
                                        seed=recipe.seed * 1_000_003 + chunk[0].index, tools=tools)

@@ -4,9 +4,9 @@ Python raises ``KeyboardInterrupt`` wherever the main thread happens to be when 
 ``__del__`` method or a weakref callback run by the garbage collector, the interpreter prints "Exception ignored in
 ..." and carries on: the interrupt is gone, and a training run goes on for hundreds of steps. :func:`latch_sigint`
 installs a handler that raises ``KeyboardInterrupt`` just as Python's own does and also remembers that it fired;
-:func:`raise_if_interrupted`, called where a long loop passes often (each training step, each decoded token), raises
-it again if it was swallowed. The "Exception ignored" report of a swallowed interrupt is not printed: the interrupt
-is still on its way.
+:func:`raise_if_interrupted`, called where a long loop passes often (each training step, each decoded token, each
+chunk of a solve-rate filter), raises it again if it was swallowed. The "Exception ignored" report of a swallowed
+interrupt is not printed: the interrupt is still on its way.
 """
 
 from __future__ import annotations
