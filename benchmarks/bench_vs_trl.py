@@ -148,8 +148,8 @@ def floors(steps: list[dict], params: int, machine: dict, precision: str) -> dic
     rate = machine["matmul_flops_per_s"][precision]
     out = {"generation": [], "training": [], "step": [], "generation_bandwidth": [], "generation_compute": []}
     for s in steps:
-        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], max(s["completion_tokens"], default=0),
-                       rate, machine["read_bytes_per_s"], 2 if precision == "bf16" else 4)
+        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], rate, machine["read_bytes_per_s"],
+                       2 if precision == "bf16" else 4)
         out["generation"].append(f.generation_s)
         out["generation_bandwidth"].append(f.generation_bandwidth_s)
         out["generation_compute"].append(f.generation_compute_s)

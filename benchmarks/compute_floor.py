@@ -5,7 +5,8 @@
   batched decoding, which reads every weight once per new token.
 - :func:`step_floor`: the FLOPs of one step (2 x params x tokens for generation and each no-grad forward, 6 x params
   x tokens for training, Kaplan et al. 2001.08361 section 2.1; a group's shared prompt counted once) and the seconds
-  they take at those rates.
+  they take at those rates; decoding is a roofline per decode step (the larger of its live rows' FLOPs and one read of
+  every weight), summed over the steps.
 """
 
 from __future__ import annotations
@@ -47,34 +48,36 @@ def read_bandwidth_bytes_per_s(mbytes: int = 512, repeats: int = 5) -> float:
 
 @dataclass
 class StepFloor:
-    """FLOPs and floor seconds of one step's stages (generation and training; scoring is negligible compute)."""
+    """FLOPs and floor seconds of one step's stages (generation and training; scoring is negligible compute).
+
+    ``generation_s`` is the roofline taken per decode step: the prefill's FLOPs, then for each decode step the larger
+    of its live rows' FLOPs and one read of every weight. It is at least each of the totals beside it, all of the
+    generation's FLOPs (``generation_compute_s``) and one read of the weights per decode step
+    (``generation_bandwidth_s``), and above both where the rows still decoding fall from compute-bound to few.
+    """
 
     generation_flops: float
     training_flops: float
     generation_compute_s: float
     generation_bandwidth_s: float
+    generation_s: float
     training_s: float
-
-    @property
-    def generation_s(self) -> float:
-        """Roofline: decoding is bound by the slower of compute and streaming the weights once per new token."""
-        return max(self.generation_compute_s, self.generation_bandwidth_s)
 
     @property
     def step_s(self) -> float:
         return self.generation_s + self.training_s
 
 
-def step_floor(params: int, prompt_tokens_per_group: list[int], completion_tokens: list[int], decode_steps: int,
-               flops_per_s: float, bytes_per_s: float, weight_bytes: int, no_grad_forwards: int = 0) -> StepFloor:
+def step_floor(params: int, prompt_tokens_per_group: list[int], completion_tokens: list[int], flops_per_s: float,
+               bytes_per_s: float, weight_bytes: int, no_grad_forwards: int = 0) -> StepFloor:
     """The floor of one GRPO step.
 
     Args:
         params: model parameters (tied embeddings counted once).
         prompt_tokens_per_group: (B,) prompt length of each group; the prompt is shared by its G samples, so it is
             prefilled (and trained through) once per group.
-        completion_tokens: (B x G,) response lengths.
-        decode_steps: sequential decode steps of the generation (its longest response).
+        completion_tokens: (B x G,) response lengths; decode step k has the responses longer than k live, and the
+            generation takes as many decode steps as its longest response.
         flops_per_s: matmul throughput in the step's precision. bytes_per_s: memory read bandwidth.
         weight_bytes: bytes per weight read by decoding (2 for bf16, 4 for fp32).
         no_grad_forwards: extra no-grad forwards over the batch (old or reference log-probs); 0 for one PPO epoch
@@ -85,9 +88,15 @@ def step_floor(params: int, prompt_tokens_per_group: list[int], completion_token
     if params <= 0 or flops_per_s <= 0 or bytes_per_s <= 0:
         raise ValueError(f"params, flops_per_s and bytes_per_s must be > 0, got {params}, {flops_per_s}, "
                          f"{bytes_per_s}")
-    tokens = sum(prompt_tokens_per_group) + sum(completion_tokens)
+    prompt_tokens = sum(prompt_tokens_per_group)
+    tokens = prompt_tokens + sum(completion_tokens)
     gen = 2.0 * params * tokens
     train = 6.0 * params * tokens + no_grad_forwards * 2.0 * params * tokens
+    decode_steps = max(completion_tokens, default=0)
+    weight_read_s = params * weight_bytes / bytes_per_s  # one decode step's read of every weight
+    row_s = 2.0 * params / flops_per_s  # one row's FLOPs in one decode step
+    live = [sum(n > k for n in completion_tokens) for k in range(decode_steps)]
+    stepwise = 2.0 * params * prompt_tokens / flops_per_s + sum(max(rows * row_s, weight_read_s) for rows in live)
     return StepFloor(generation_flops=gen, training_flops=train, generation_compute_s=gen / flops_per_s,
-                     generation_bandwidth_s=decode_steps * params * weight_bytes / bytes_per_s,
+                     generation_bandwidth_s=decode_steps * weight_read_s, generation_s=stepwise,
                      training_s=train / flops_per_s)

@@ -88,7 +88,7 @@ def main() -> None:
     op_total = sum(totals.values())
     tokens = batch.tokens
     rate = matmul_flops_per_s(torch.bfloat16 if dtype else torch.float32)
-    floor = step_floor(params, batch.prompt_mask.sum(1).tolist(), batch.response_mask.sum(1).tolist(), 1, rate, 1.0,
+    floor = step_floor(params, batch.prompt_mask.sum(1).tolist(), batch.response_mask.sum(1).tolist(), rate, 1.0,
                        2).training_s
     wall = statistics.median(times)
     print(stamp())

@@ -38,7 +38,7 @@ def _side_rows(summ: dict) -> list[str]:
 
 
 def _floor_rows(summ: dict) -> list[str]:
-    rows = ["| side | generation floor s (compute / bandwidth) | generation / floor | training floor s | "
+    rows = ["| side | generation floor s (all FLOPs / weight reads) | generation / floor | training floor s | "
             "training / floor | step floor s | step / floor |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for side in ("rlvr", "trl"):
@@ -431,10 +431,26 @@ before anything is computed).
   earlier the same day), GEMMs at 301-360 GFLOP/s, attention 2.1 ms (13%). A 4-step demo run with the same seed
   before and after: IDENTICAL by `scripts/compare_runs.py`.
 - **Result** (the invocation at the top, code of b7dc5da, on the EPYC with the slower bf16 matmul: 435 GFLOP/s in
-  that invocation): rlvr 6.54 s a step (generation 2.16 s, 2.7x its floor of 0.81 s; training 4.38 s, 1.8x its floor
-  of 2.44 s), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.26 s, 0.098 of TRL's step: 0.12 of
-  it would need rlvr within 1.22x of the floor in both stages at once on this CPU. The generation floor there counts
-  every decode step at the matmul rate; the steps where few rows are left are bound by the weight read instead.
+  that invocation): rlvr 6.54 s a step (generation 2.16 s, 2.3x its floor of 0.93 s; training 4.38 s, 1.8x its floor
+  of 2.44 s), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.38 s, 0.102 of TRL's step: 0.12 of
+  it would need rlvr within 1.18x of the floor in both stages at once on this CPU. The generation floor is the
+  roofline at each decode step (`compute_floor.step_floor`, since 2026-12-07): a step with 16 rows live is bound by
+  their FLOPs, the steps where few rows are left by the weight read. Counted as one total of FLOPs instead, the
+  report said 0.81 s and 2.7x for the same run.
+- **RMSNorm writes bf16 under bf16 autocast** (2026-12-07, AMD EPYC with AVX512_BF16, no AMX, 2 threads, idle;
+  `rlvr/kernels/cpu_fused_layers.py`). Every reader of a norm's output (q, k and v; gate and up; the output layer)
+  is an autocast op that cast the fp32 output to bf16 for itself, three times after each attention norm, and its
+  bf16 gradient back to fp32 before the sum: 14 copies of a (1,493 x 576) activation a layer under the profiler, now
+  4 (`aten::copy_` of that shape 420 -> 120 an update). The kernel now writes the bf16 bits those casts gave (the
+  forward's log-probs equal bit for bit) and its backward reads the bf16 gradient; the readers' gradients are summed
+  in bf16, as autograd sums them in the output's dtype. Against the fp32 update's gradient the bf16 one is off by
+  0.02877 (relative L2) before and 0.02875 after. `python benchmarks/bench_update_ab.py --old-rev 8ff19ce --shape
+  vs_trl --threads 2 --reps 6` (the old rev's `cpu_fused_layers.py` over the same compiled kernels): 4.60 -> 4.52 s
+  an update, per pair 1.03, 0.98, 1.06, 0.98, 0.98, 0.97, median **0.98** (load 1.7). A 4-step demo with the same
+  seed: step 1 the same metrics (grad norm 2.2275 -> 2.2281), then the samples part; held-out pass@1 after 4 steps
+  0.607 before and 0.598 after (s.e. 0.026). With the copies gone, the update profiles (`profile_update.py`, same
+  machine, idle) at 4.62 s of ops, 3.13 s of them the projections' and output layer's GEMMs at 333-415 GFLOP/s: the
+  update is its GEMMs.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
   of issued at its start (0.98 at 16 rows, 1.00 at 64, 1.05 at 4); blocks of 6 rows instead of 4 (no faster with the
   weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
@@ -755,8 +771,10 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               "Floor of a step from its own token counts: generation 2 x params x tokens, training (forward + "
               "backward) 6 x params x tokens, a group's shared prompt counted once, at the matmul rate above; "
               "decoding also cannot beat reading every weight once per decode step (2 bytes a parameter in bf16, 4 in "
-              "fp32) at the read "
-              "bandwidth, and the generation floor is the larger of the two (roofline). No no-grad forward is "
+              "fp32) at the read bandwidth. The generation floor is that roofline taken at each decode step: the "
+              "prefill's FLOPs, then for each decode step the larger of its live rows' FLOPs (the responses not yet "
+              "ended) and one read of the weights, summed. In parentheses the two totals it is at least: all of the "
+              "generation's FLOPs at once, and one read of the weights per decode step. No no-grad forward is "
               "needed (one PPO epoch, no KL).", ""]
     for name, summ in summaries.items():
         lines += [f"{MODEL_TITLES.get(name, name)}, {summ['params'] / 1e6:.1f}M parameters:", "",

@@ -11,22 +11,32 @@ from compute_floor import step_floor  # noqa: E402
 
 def test_step_floor_counts_a_shared_prompt_once_and_takes_the_roofline():
     # 2 groups (prompts of 10 and 20 tokens) x 2 samples of 5 tokens: 30 + 20 = 50 tokens; 100 params
-    f = step_floor(params=100, prompt_tokens_per_group=[10, 20], completion_tokens=[5, 5, 5, 5], decode_steps=5,
-                   flops_per_s=1000.0, bytes_per_s=50.0, weight_bytes=2)
+    f = step_floor(params=100, prompt_tokens_per_group=[10, 20], completion_tokens=[5, 5, 5, 5], flops_per_s=1000.0,
+                   bytes_per_s=50.0, weight_bytes=2)
     assert f.generation_flops == 2 * 100 * 50 == 10_000
     assert f.training_flops == 6 * 100 * 50 == 30_000
     assert f.generation_compute_s == 10.0
     assert f.generation_bandwidth_s == 5 * 100 * 2 / 50.0 == 20.0  # decoding reads every weight once per step
-    assert f.generation_s == 20.0  # bandwidth-bound here
+    # prefill 2 x 100 x 30 / 1000 = 6 s, then 5 decode steps of 4 rows: max(4 x 0.2, 4.0) = 4 s each (bandwidth)
+    assert f.generation_s == pytest.approx(6.0 + 5 * 4.0)
     assert f.training_s == 30.0
-    assert f.step_s == 50.0
+    assert f.step_s == pytest.approx(56.0)
+
+
+def test_the_generation_floor_is_taken_at_each_decode_step():
+    # 1 prompt of 10 tokens, 4 samples of 1, 1, 1 and 4 tokens; 100 params, 1000 FLOP/s, a weight read of 0.5 s:
+    # the prefill 2 s; step 0 has 4 rows live (0.8 s of FLOPs), steps 1-3 one row (0.2 s): each bound by the read
+    f = step_floor(100, [10], [1, 1, 1, 4], flops_per_s=1000.0, bytes_per_s=400.0, weight_bytes=2)
+    assert f.generation_compute_s == pytest.approx(2 * 100 * 17 / 1000)  # 3.4 s: all FLOPs at once
+    assert f.generation_bandwidth_s == pytest.approx(4 * 0.5)  # 2.0 s: one read per decode step
+    assert f.generation_s == pytest.approx(2.0 + 0.8 + 3 * 0.5)  # 4.3 s: above both totals
 
 
 def test_step_floor_adds_no_grad_forwards_to_training():
-    f = step_floor(100, [10], [10], 10, 1000.0, 1e9, 2, no_grad_forwards=1)  # e.g. a reference-model forward
+    f = step_floor(100, [10], [10], 1000.0, 1e9, 2, no_grad_forwards=1)  # e.g. a reference-model forward
     assert f.training_flops == 6 * 100 * 20 + 2 * 100 * 20
 
 
 def test_step_floor_rejects_a_zero_rate():
     with pytest.raises(ValueError, match="flops_per_s"):
-        step_floor(100, [10], [10], 10, 0.0, 1e9, 2)
+        step_floor(100, [10], [10], 0.0, 1e9, 2)
