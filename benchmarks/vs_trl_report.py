@@ -451,6 +451,17 @@ before anything is computed).
   0.607 before and 0.598 after (s.e. 0.026). With the copies gone, the update profiles (`profile_update.py`, same
   machine, idle) at 4.62 s of ops, 3.13 s of them the projections' and output layer's GEMMs at 333-415 GFLOP/s: the
   update is its GEMMs.
+- **A decode step by rows live** (`python benchmarks/profile_decode.py --threads 2 --prompts U --n G`, code of
+  ff86290, same machine, 2026-12-07, idle; the read bandwidth each process measured moved between 30.8 and 45.4
+  GB/s): 16 rows 18.90 ms against a floor of 10.98 ms (its FLOPs; 1.72x), 4 rows 11.38 ms against 8.18 ms (the
+  weight read; 1.39x), 1 row 11.54 ms against 8.72 ms (1.32x). With few rows left the step is the weight read plus
+  ~1.6 ms of attention, norms and calls; with 16 it is the GEMMs at 243-334 GFLOP/s, short of the matmul rate.
+- **The decode step's SiLU x up and residual-add RMSNorm over both threads** (`rlvr/kernels/decode_kernels.cpp`):
+  each kernel took a thread only for every 21 (SiLU, 1,536 wide) or 56 (RMSNorm, 576 wide) rows, so 16 rows ran on
+  one thread; now every 2 or 7 rows. Outputs equal bit for bit (each row computed alone; a 4-step demo with the
+  same seed IDENTICAL by `compare_runs`). `profile_decode.py --threads 2` at 16 rows, 3 processes a side alternated
+  (ff86290 before): SiLU x up 0.45-0.59 -> 0.28-0.30 ms a step, RMSNorm 0.46-0.57 -> 0.37-0.38 ms, the step 17.92,
+  16.99, 17.33 -> 16.66, 16.75, 16.46 ms (per pair 0.93, 0.99, 0.95). At 1 and 4 rows the kernels run as before.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
   of issued at its start (0.98 at 16 rows, 1.00 at 64, 1.05 at 4); blocks of 6 rows instead of 4 (no faster with the
   weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
