@@ -430,13 +430,12 @@ before anything is computed).
   after it: 16.63-16.68 ms a step against its floor of 9.86-10.07 ms (1.66-1.69x; it was 19.49 ms, 1.86x, at 9146ea7
   earlier the same day), GEMMs at 301-360 GFLOP/s, attention 2.1 ms (13%). A 4-step demo run with the same seed
   before and after: IDENTICAL by `scripts/compare_runs.py`.
-- **Result** (the invocation at the top, code of b7dc5da, on the EPYC with the slower bf16 matmul: 435 GFLOP/s in
-  that invocation): rlvr 6.54 s a step (generation 2.16 s, 2.3x its floor of 0.93 s; training 4.38 s, 1.8x its floor
-  of 2.44 s), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.38 s, 0.102 of TRL's step: 0.12 of
-  it would need rlvr within 1.18x of the floor in both stages at once on this CPU. The generation floor is the
-  roofline at each decode step (`compute_floor.step_floor`, since 2026-12-07): a step with 16 rows live is bound by
-  their FLOPs, the steps where few rows are left by the weight read. Counted as one total of FLOPs instead, the
-  report said 0.81 s and 2.7x for the same run.
+- **Result** (the invocation of 2026-12-07 16:02 UTC under "Earlier runs", code of b7dc5da, on the EPYC with the
+  slower bf16 matmul: 435 GFLOP/s in that invocation): rlvr 6.54 s a step (generation 2.16 s, 2.3x its floor of
+  0.93 s; training 4.38 s, 1.8x its floor of 2.44 s), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20). The generation
+  floor is the roofline at each decode step (`compute_floor.step_floor`, since 2026-12-07): a step with 16 rows live
+  is bound by their FLOPs, the steps where few rows are left by the weight read. Counted as one total of FLOPs
+  instead, the report said 0.81 s and 2.7x for the same run.
 - **RMSNorm writes bf16 under bf16 autocast** (2026-12-07, AMD EPYC with AVX512_BF16, no AMX, 2 threads, idle;
   `rlvr/kernels/cpu_fused_layers.py`). Every reader of a norm's output (q, k and v; gate and up; the output layer)
   is an autocast op that cast the fp32 output to bf16 for itself, three times after each attention norm, and its
@@ -462,6 +461,11 @@ before anything is computed).
   same seed IDENTICAL by `compare_runs`). `profile_decode.py --threads 2` at 16 rows, 3 processes a side alternated
   (ff86290 before): SiLU x up 0.45-0.59 -> 0.28-0.30 ms a step, RMSNorm 0.46-0.57 -> 0.37-0.38 ms, the step 17.92,
   16.99, 17.33 -> 16.66, 16.75, 16.46 ms (per pair 0.93, 0.99, 0.95). At 1 and 4 rows the kernels run as before.
+- **Result** (the invocation at the top, code of b1c3c4a: the changes above since b7dc5da; bf16 matmul 406 GFLOP/s
+  and read 42.1 GB/s in that invocation): rlvr 6.31 s a step (generation 2.16 s, 2.1x its floor of 1.02 s; training
+  4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108
+  of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the floor in both stages at once on this
+  CPU.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
   of issued at its start (0.98 at 16 rows, 1.00 at 64, 1.05 at 4); blocks of 6 rows instead of 4 (no faster with the
   weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
@@ -489,6 +493,9 @@ fp32 205, read 31.3 GB/s), load 1.2-2.0: rlvr 7.53 s (generation 2.71: 2.5x its 
 Then (7b3990c, 2026-12-03 08:40 UTC: RMSNorm and SwiGLU as kernels; on the AMD EPYC with the faster bf16 matmul,
 778 GFLOP/s, fp32 181, read 33.5 GB/s), load 1.8-1.9: rlvr 6.84 s (generation 2.46: 2.4x its floor; training 4.05:
 2.7x), TRL 36.6 s, ratio **0.18** (0.19, 0.18, 0.17); the tiny model 0.06.
+Then (b7dc5da, 2026-12-07 16:02 UTC: the decode step's weights on 2 MB pages; on the EPYC with the slower bf16
+matmul, 435 GFLOP/s, fp32 204, read 46.6 GB/s), load 1.4-2.0: rlvr 6.54 s (generation 2.16: 2.3x its floor, taken
+per decode step; training 4.38: 1.8x), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20); the tiny model 0.06.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
