@@ -48,6 +48,7 @@ torch::Tensor add_rms_norm(torch::Tensor hidden, c10::optional<torch::Tensor> de
   const uint16_t* w_ptr = raw(weight);
   uint16_t* o_ptr = raw_mut(out);
   TORCH_CHECK(dim > 0, "hidden: expected a non-empty hidden size");
+  // a task per ~4k elements: 16 rows of SmolLM2's 576 take both threads (one task per 32k ran them on one)
   at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / dim), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       uint16_t* h = h_ptr + r * dim;
@@ -294,6 +295,7 @@ torch::Tensor silu_mul(torch::Tensor gate_up) {
   uint16_t* o_ptr = raw_mut(out);
   const __m512 one = _mm512_set1_ps(1.0f);
   TORCH_CHECK(inner > 0, "gate_up: expected a non-empty intermediate size");
+  // a task per ~4k elements, as add_rms_norm: a few rows of an MLP's width already fill both threads
   at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / inner), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const uint16_t* gate = in_ptr + r * 2 * inner;
