@@ -23,6 +23,16 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
+@pytest.fixture(autouse=True)
+def roomy_disk(monkeypatch):
+    """The recipes' checks see 1 TiB free wherever their run folder would be: what they assert is the recipe, not
+    the free space of the machine running the tests (the disk check has its own tests, with set sizes:
+    tests/runs/test_checkpoint_space.py)."""
+    from rlvr.preflight import disk
+
+    monkeypatch.setattr(disk, "free_bytes", lambda path: (2**40, Path(path)))
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
