@@ -6,9 +6,10 @@ attention code of an older revision against this tree's, alternated in one proce
 
 ``before`` runs ``rlvr/models/logprobs.py``, ``rlvr/models/attention.py`` and ``rlvr/kernels/cpu_fused_layers.py``
 as they were at ``REV`` (read with ``git show``; the last over this tree's compiled kernels) with
-``--before-micro-batch`` rows per forward, the RMSNorm / SwiGLU kernels only if ``REV`` had them; ``after`` runs this tree's with ``--micro-batch``. Both
-take the same random ids of a real step's shapes (:data:`SHAPES`), the same token-weighted loss and an AdamW step at
-learning rate 0 (the same work, and the weights stay as they are, so every repetition computes the same thing).
+``--before-micro-batch`` rows per forward, the RMSNorm / SwiGLU kernels only if ``REV`` had them; ``after`` runs
+this tree's with ``--micro-batch``. Both take the same random ids of a real step's shapes (:data:`SHAPES`), the same
+token-weighted loss and an AdamW step at learning rate 0 (the same work, and the weights stay as they are, so every
+repetition computes the same thing).
 Prints each repetition, the medians, the per-pair ratio after / before and the 1-minute load average, with the CPU.
 """
 
@@ -136,13 +137,17 @@ def _module_at(rev: str, path: str, name: str, folder: Path) -> ModuleType:
     return module
 
 
+def _exists_at(rev: str, path: str) -> bool:
+    """Whether git revision ``rev`` has a file at ``path``."""
+    return subprocess.run(["git", "cat-file", "-e", f"{rev}:{path}"], cwd=ROOT, capture_output=True).returncode == 0
+
+
 def old_fused_layers(rev: str) -> ModuleType | None:
     """``rlvr/kernels/cpu_fused_layers.py`` as it was at ``rev``, its forwards calling this tree's compiled kernels
     (each kernel call the old code makes must still take its arguments); None where ``rev`` has no such file."""
     from rlvr.kernels import cpu_fused_layers
 
-    if subprocess.run(["git", "cat-file", "-e", f"{rev}:rlvr/kernels/cpu_fused_layers.py"], cwd=ROOT,
-                      capture_output=True).returncode != 0:
+    if not _exists_at(rev, "rlvr/kernels/cpu_fused_layers.py"):
         return None
     with tempfile.TemporaryDirectory() as folder:
         old = _module_at(rev, "rlvr/kernels/cpu_fused_layers.py", "old_cpu_fused_layers", Path(folder))
@@ -178,11 +183,11 @@ def main() -> None:
         old_logprobs.GQA_ATTENTION = "rlvr_gqa_before"
 
     model = load_model()
-    fused_layers = fused_layers_switch(model, old_fused_layers(args.old_rev))
-    before_fused = "before" if any(subprocess.run(["git", "cat-file", "-e", f"{args.old_rev}:{path}"], cwd=ROOT,
-                                                  capture_output=True).returncode == 0
-                                   for path in ("rlvr/kernels/cpu_fused_layers.py",
-                                                "rlvr/models/cpu_fused_layers.py")) else "none"
+    old_fused = old_fused_layers(args.old_rev)
+    fused_layers = fused_layers_switch(model, old_fused)
+    # an older revision kept the kernels under rlvr/models: its 'before' runs this tree's forwards
+    before_fused = ("before" if old_fused is not None or _exists_at(args.old_rev, "rlvr/models/cpu_fused_layers.py")
+                    else "none")
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
     dtype = torch.bfloat16 if args.precision == "bf16" else None
     batch = make_batch(args.shape)

@@ -314,10 +314,10 @@ class FusedDecoder:
     (bf16 or fp32). The norms and the embedding are read from the model's parameters. In bf16 the GEMMs read packed
     copies made here (q/k/v and gate/up stacked; the tile packs in one block asked for on 2 MB pages, in the order a
     step reads them: :class:`~rlvr.kernels.huge_pages.HugePageArena`), which :meth:`refresh` re-packs in place after
-    the parameters change; the
-    model's own linears (only the prefill calls them) stay ``F.linear`` on the plain weights, or read their slice of
-    the packs (:class:`AmxLinear`); packed ones (:class:`rlvr.kernels.packed_linear.PackedLinear`) go back to
-    plain, their copy would be a second one. In fp32 the GEMMs read the layers' own weights at every step.
+    the parameters change; the model's own linears (only the prefill calls them) stay ``F.linear`` on the plain
+    weights, or read their slice of the packs (:class:`AmxLinear`); packed ones
+    (:class:`rlvr.kernels.packed_linear.PackedLinear`) go back to plain, their copy would be a second one. In fp32
+    the GEMMs read the layers' own weights at every step.
 
     Args:
         model: an HF causal LM for which :func:`fused_decode_supported` holds.

@@ -23,7 +23,7 @@ def default_sigint():
     interrupts._pending = False
 
 
-class _InterruptedWhileCollected:
+class InterruptedWhileCollected:
     """SIGINT arrives while the garbage collector runs this object's ``__del__``: Python prints "Exception ignored"
     and goes on."""
 
@@ -36,7 +36,7 @@ def test_an_interrupt_swallowed_by_a_destructor_is_raised_at_the_next_check(defa
     sys.unraisablehook = reported.append
     assert latch_sigint()
     raise_if_interrupted()  # nothing pending: no raise
-    _InterruptedWhileCollected()  # collected at once; its KeyboardInterrupt is swallowed
+    InterruptedWhileCollected()  # collected at once; its KeyboardInterrupt is swallowed
     gc.collect()
     assert reported == []  # the "Exception ignored" report of the interrupt is not printed
     with pytest.raises(KeyboardInterrupt):

@@ -192,10 +192,7 @@ def test_ctrl_c_swallowed_by_a_destructor_still_ends_the_run_after_the_step(tiny
 
     from rlvr.runtime import interrupts
     from rlvr.trainer.trainer import RLTrainer
-
-    class InterruptedWhileCollected:
-        def __del__(self) -> None:
-            signal.raise_signal(signal.SIGINT)
+    from tests.runtime.test_interrupts import InterruptedWhileCollected
 
     step = RLTrainer.step
 
