@@ -7,7 +7,9 @@ Samples ``--n`` continuations of each of ``--prompts`` prompts through :func:`rl
 engine's :class:`~rlvr.kernels.fused_decode.FusedDecoder`, eos suppressed so every row stays live for ``--steps``
 steps (the cost of a step at that row count, where a real rollout's rows leave as they finish). After a warm-up
 rollout, one rollout runs with a timer around every call of the decoder's kernels (RMSNorm, RoPE, attention,
-SiLU x up, the sampling draw) and of its GEMMs (per projection kind: qkv, o, gate_up, down, the output layer).
+SiLU x up, the sampling draw) and of its GEMMs (per projection kind: qkv, o, gate_up, down, the output layer). Where
+the engine runs every layer of a step in one kernel call (``FusedDecoder.one_call``: the tile GEMMs), one untimed
+rollout that way comes first, and the timed one calls the same kernels one by one from Python.
 
 Prints, per decode step: each part's milliseconds, calls and share, and each GEMM kind's achieved GFLOP/s (2 x rows x
 in x out per call), beside this process's matmul rate in the same dtype and the step's floor (the larger of its
@@ -78,6 +80,35 @@ class _TimedProjection:
         self.projection.refresh()
 
 
+def load_decoder(dtype: torch.dtype, prompts: int) -> tuple[torch.nn.Module, object, torch.Tensor, torch.Tensor, int]:
+    """The embedded SmolLM2-135M's generation copy in ``dtype``, its :class:`~rlvr.kernels.fused_decode.FusedDecoder`,
+    the first ``prompts`` of :data:`QUESTIONS` in its chat template, left-padded ((U, P) ids and mask), and the pad id.
+
+    Raises:
+        SystemExit: the fused step is not available on this CPU in ``dtype``.
+    """
+    from rlvr.config import resolve
+    from rlvr.kernels.fused_decode import build_fused_decoder, fused_decode_supported
+    from rlvr.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
+    from rlvr.rollout.hf import _low_precision_copy
+
+    recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
+                      "data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]})
+    path = resolve_model_path(recipe.model.name)
+    tok = load_tokenizer(path, recipe.model)
+    model = load_causal_lm(path, recipe.model).eval()
+    gen = _low_precision_copy(model, dtype) if dtype != torch.float32 else model
+    fused = build_fused_decoder(gen)
+    if fused is None:
+        raise SystemExit(f"the fused {dtype} decode step is not available here: "
+                         f"{fused_decode_supported(gen)[1] or 'its kernels did not build'}")
+    chats = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
+                                     add_generation_prompt=True, tokenize=True, return_dict=False)
+             for q in QUESTIONS[:prompts]]
+    ids, mask = left_pad(chats, tok.pad_token_id)
+    return gen, fused, ids, mask, tok.pad_token_id
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=2, choices=range(1, len(QUESTIONS) + 1))
@@ -87,35 +118,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from rlvr.config import resolve
-    from rlvr.kernels.fused_decode import build_fused_decoder, fused_decode_supported
-    from rlvr.models.loading import load_causal_lm, load_tokenizer, resolve_model_path
     from rlvr.rollout import decode
-    from rlvr.rollout.hf import _low_precision_copy
 
-    recipe = resolve({"model": {"name": "embedded:smollm2-135m-instruct"},
-                      "data": {"source": {"type": "jsonl", "path": "x.jsonl"}}, "verifiers": [{"name": "math"}]})
-    path = resolve_model_path(recipe.model.name)
-    tok = load_tokenizer(path, recipe.model)
-    model = load_causal_lm(path, recipe.model).eval()
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
-    gen = _low_precision_copy(model, dtype) if dtype != torch.float32 else model
-    fused = build_fused_decoder(gen)
-    if fused is None:
-        raise SystemExit(f"the fused {args.precision} decode step is not available here: "
-                         f"{fused_decode_supported(gen)[1] or 'its kernels did not build'}")
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q + " Put your final answer within \\boxed{}."}],
-                                       add_generation_prompt=True, tokenize=True, return_dict=False)
-               for q in QUESTIONS[:args.prompts]]
-    ids, mask = left_pad(prompts, tok.pad_token_id)
+    gen, fused, ids, mask, pad_id = load_decoder(dtype, args.prompts)
 
     def rollout() -> torch.Tensor:
         torch.manual_seed(0)
         new, _ = decode.sample(gen, ids, mask, args.n, max_new_tokens=args.steps, temperature=1.0, top_k=0,
-                               top_p=1.0, eos_ids=[], pad_id=tok.pad_token_id, fused=fused)
+                               top_p=1.0, eos_ids=[], pad_id=pad_id, fused=fused)
         return new
 
     rollout()  # warm-up: kernel selection, first-touch of the caches
+    one_call_s = None
+    if fused.one_call:  # the engine's step: every layer in one kernel call, which no timer below can see into
+        t0 = time.perf_counter()
+        rollout()
+        one_call_s = time.perf_counter() - t0
+        fused.one_call = False  # the same kernels in the same order, each called (and timed) from Python
     timers = Timers()
     fused.kernels = _TimedKernels(fused.kernels, timers)
     config = gen.config
@@ -150,6 +170,12 @@ def main() -> None:
           f"{step_flops / rate * 1000:.2f} ms at {rate / 1e9:.0f} GFLOP/s, weight read "
           f"{weight_read_s * 1000:.2f} ms at {read / 1e9:.1f} GB/s): "
           f"{per_step / floor:.2f}x")
+    if one_call_s is not None:
+        outside = wall - timers.seconds["step"]
+        print(f"the engine's step, every layer in one kernel call: rollout {one_call_s:.3f} s, a decode step ~"
+              f"{(one_call_s - outside) / steps * 1000:.2f} ms ({(one_call_s - outside) / steps / floor:.2f}x its "
+              f"floor; the time outside the steps taken as above); the parts below are its kernels called and "
+              f"timed one by one from Python")
     parts = sorted(((name, s) for name, s in timers.seconds.items() if name != "step"), key=lambda kv: -kv[1])
     print(f"{'part':22s} {'ms/step':>8s} {'calls/step':>10s} {'share':>6s} {'GFLOP/s':>8s}")
     for name, seconds in parts:

@@ -562,6 +562,48 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   return out;
 }
 
+// Every decoder layer of one decode step in one call, through the kernels above in the order FusedDecoder.step calls
+// them from Python (so the same bits): per layer, RMSNorm -> q/k/v GEMM -> RoPE -> attention -> o GEMM -> residual
+// add + RMSNorm -> gate/up GEMM -> SiLU x up -> down GEMM; then the residual add and the final norm, whose output
+// (A, D) bf16, the output layer's input, is returned. hidden (A, D) bf16, the embedded tokens, is updated in place
+// to the last residual sum. `weights` holds 6 tensors a layer (input norm, q/k/v pack, o pack, gate/up pack, down
+// pack, post-attention norm), `biases` 4 (one a GEMM; an empty tensor: none) and `out_features` 4; `amx`: the GEMMs
+// run amx_linear, else dot_linear. The caches, RoPE tables, positions, `column`, `scale` and `rows` are
+// decode_attention's and rope's, per layer where a list. A step is ~270 kernel calls: from Python each costs ~1 us of
+// binding plus the interpreter's work between them (~0.7 ms a step on an AMD EPYC, 2 threads).
+torch::Tensor decode_layers(torch::Tensor hidden, std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
+                            std::vector<int64_t> out_features, bool amx, torch::Tensor final_norm, double eps,
+                            torch::Tensor cos, torch::Tensor sin, torch::Tensor positions, int64_t heads,
+                            int64_t kv_heads, std::vector<torch::Tensor> prompt_keys,
+                            std::vector<torch::Tensor> prompt_values, torch::Tensor prompt_bias,
+                            std::vector<torch::Tensor> own_keys, std::vector<torch::Tensor> own_values,
+                            torch::Tensor own_bias, int64_t column, double scale,
+                            c10::optional<torch::Tensor> rows) {
+  const size_t layers = prompt_keys.size();
+  TORCH_CHECK(weights.size() == 6 * layers && biases.size() == 4 * layers && out_features.size() == 4 * layers &&
+                  prompt_values.size() == layers && own_keys.size() == layers && own_values.size() == layers,
+              "decode_layers: expected 6 weights, 4 biases and 4 output sizes a layer and one cache each for ",
+              layers, " layers, got ", weights.size(), ", ", biases.size(), ", ", out_features.size(), " and ",
+              prompt_values.size(), "/", own_keys.size(), "/", own_values.size());
+  auto gemm = [&](const torch::Tensor& x, size_t layer, int which) {
+    const torch::Tensor& bias = biases[4 * layer + which];
+    const c10::optional<torch::Tensor> b = bias.numel() > 0 ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
+    const torch::Tensor& packed = weights[6 * layer + 1 + which];
+    const int64_t n = out_features[4 * layer + which];
+    return amx ? amx_linear(x, packed, b, n) : dot_linear(x, packed, b, n);
+  };
+  c10::optional<torch::Tensor> delta = c10::nullopt;
+  for (size_t i = 0; i < layers; ++i) {
+    torch::Tensor normed = add_rms_norm(hidden, delta, weights[6 * i], eps);
+    torch::Tensor rotated = rope(gemm(normed, i, 0), cos, sin, positions, heads, kv_heads);
+    torch::Tensor context = decode_attention(rotated, prompt_keys[i], prompt_values[i], prompt_bias, own_keys[i],
+                                             own_values[i], own_bias, column, scale, rows);
+    normed = add_rms_norm(hidden, gemm(context, i, 1), weights[6 * i + 5], eps);
+    delta = gemm(silu_mul(gemm(normed, i, 2)), i, 3);
+  }
+  return add_rms_norm(hidden, delta, final_norm, eps);
+}
+
 // Writes weight (N, K) bf16 into groups [group_start, group_start + ceil(N / 64)) of w_packed (G, K / 32, 4, 16, 32),
 // the layout amx_linear reads: element [g, c, t, p, 2 j + e] = weight[64 (g - group_start) + 16 t + j, 32 c + 2 p + e],
 // i.e. a 16 x 16 transpose of 32-bit input pairs per (g, c, t). Rows past N in the last group are left as they are
@@ -611,5 +653,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("n"));
   m.def("amx_pack", &amx_pack, "write a (N, K) bf16 weight into amx_linear's packed layout", py::arg("weight"),
         py::arg("w_packed"), py::arg("group_start"));
+  m.def("decode_layers", &decode_layers, "every decoder layer of a decode step, then the final norm (bf16)",
+        py::arg("hidden"), py::arg("weights"), py::arg("biases"), py::arg("out_features"), py::arg("amx"),
+        py::arg("final_norm"), py::arg("eps"), py::arg("cos"), py::arg("sin"), py::arg("positions"), py::arg("heads"),
+        py::arg("kv_heads"), py::arg("prompt_keys"), py::arg("prompt_values"), py::arg("prompt_bias"),
+        py::arg("own_keys"), py::arg("own_values"), py::arg("own_bias"), py::arg("column"), py::arg("scale"),
+        py::arg("rows") = py::none());
   m.def("sample_tokens", &sample_tokens, "inverse-CDF draws from softmax(logits / T) and their log-probs");
 }

@@ -371,6 +371,11 @@ class FusedDecoder:
         self.layers = [_Layer(*(projection(linears) for linears in layer), lyr.input_layernorm,
                               lyr.post_attention_layernorm) for layer, lyr in zip(per_layer, model.model.layers)]
         self.lm_head = projection((model.lm_head,))
+        # every layer in one kernel call where each GEMM is a tile kernel's (the same kernels in the same order)
+        self.one_call = self.dtype == torch.bfloat16 and all(
+            p.gemm == gemm and gemm in ("amx", "dot") for layer in self.layers
+            for p in (layer.qkv, layer.o, layer.gate_up, layer.down))
+        self._layer_args = self._one_call_args() if self.one_call else None
 
     @torch.no_grad()
     def refresh(self) -> None:
@@ -380,6 +385,20 @@ class FusedDecoder:
             for projection in (layer.qkv, layer.o, layer.gate_up, layer.down):
                 projection.refresh()
         self.lm_head.refresh()
+        if self.one_call:
+            self._layer_args = self._one_call_args()  # the biases are new tensors
+
+    def _one_call_args(self) -> tuple[list[Tensor], list[Tensor], list[int], bool]:
+        """``decode_layers``' per-layer weights (input norm, the four packs, post-attention norm), biases (an
+        empty tensor where a GEMM has none), output sizes, and whether the packs are AMX's."""
+        weights, biases, out_features = [], [], []
+        none = torch.empty(0, dtype=self.dtype)
+        for layer in self.layers:
+            projections = (layer.qkv, layer.o, layer.gate_up, layer.down)
+            weights += [layer.input_norm.weight, *(p.packed for p in projections), layer.post_norm.weight]
+            biases += [p.bias if p.bias is not None else none for p in projections]
+            out_features += [p.out_features for p in projections]
+        return weights, biases, out_features, self.layers[0].qkv.gemm == "amx"
 
     def start(self, prefilled: Cache, prompt_mask: Tensor, repeats: int, capacity: int) -> DecodeState:
         """The cache of a decode from a prefill over U prompts, repeated for ``repeats`` samples each: the prompts'
@@ -438,6 +457,13 @@ class FusedDecoder:
             raise ValueError(f"KV cache capacity {state.own_bias.shape[1]} new positions exceeded")
         positions = positions.contiguous()
         hidden = self.model.model.embed_tokens(tokens)  # (R, D), a new tensor (updated in place below)
+        if self.one_call:
+            normed = k.decode_layers(hidden, *self._layer_args, self.model.model.norm.weight, self.eps, state.cos,
+                                     state.sin, positions, self.heads, self.kv_heads, state.prompt_keys,
+                                     state.prompt_values, state.prompt_bias, state.own_keys, state.own_values,
+                                     state.own_bias, column, self.scale, rows)
+            state.length = column + 1
+            return self.lm_head(normed)
         delta = None
         for index, layer in enumerate(self.layers):
             normed = k.add_rms_norm(hidden, delta, layer.input_norm.weight, self.eps)

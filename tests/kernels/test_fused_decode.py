@@ -469,6 +469,36 @@ def test_a_step_of_the_running_rows_gives_their_logits_of_a_step_of_all_rows(tmp
     assert running.length == every.length == 2
 
 
+@pytest.mark.parametrize("gemm", ["amx", "dot"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # d = 64; d = 8 with q/k/v biases
+def test_a_step_in_one_kernel_call_is_the_python_loop_of_kernel_calls_bit_for_bit(tmp_path, kernels, family, gemm):
+    if gemm == "amx" and not amx_supported():
+        pytest.skip("needs AMX tiles")
+    model = _llama(tmp_path) if family == "llama" else _qwen2(tmp_path)
+    fused = FusedDecoder(_low_precision_copy(model, BF16), kernels, gemm=gemm)
+    assert fused.one_call
+    ids = torch.tensor([[0, 0, 5, 9, 11, 3], [4, 8, 15, 16, 23, 7]])  # row 0 left-padded
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        cache = fused.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                            past_key_values=DynamicCache(config=model.config), use_cache=True).past_key_values
+    states = {True: fused.start(cache, mask, 2, 12), False: fused.start(cache, mask, 2, 12)}
+    tokens, positions = torch.tensor([11, 12, 13, 14]), torch.tensor([4, 4, 6, 6])
+    for step in range(3):
+        rows = torch.tensor([0, 2, 3]) if step == 2 else None  # the last step: row 1 has ended
+        logits = {}
+        for one_call, state in states.items():
+            fused.one_call = one_call
+            logits[one_call] = (fused.step(state, tokens, positions) if rows is None
+                                else fused.step(state, tokens[rows], positions[rows], rows))
+        assert torch.equal(logits[True], logits[False])
+        tokens, positions = tokens + 1, positions + 1
+    for name in ("own_keys", "own_values"):
+        for ours, theirs in zip(getattr(states[True], name), getattr(states[False], name), strict=True):
+            assert torch.equal(ours, theirs)
+    assert not FusedDecoder(_low_precision_copy(model, BF16), kernels, gemm="onednn").one_call
+
+
 def test_the_hf_engine_samples_through_the_fused_step_and_its_logprobs_match_a_bf16_forward(tmp_path):
     from rlvr.rollout.base import SamplingParams
     from rlvr.rollout.hf import HFRolloutEngine
