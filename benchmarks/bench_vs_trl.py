@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s, step_floor  # noqa: E402
+from compute_floor import machine_limits, matmul_flops_per_s, read_bandwidth_bytes_per_s, step_floor  # noqa: E402
 from machine import commit  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **os.environ}  # caches: rlvr's defaults
@@ -112,7 +112,9 @@ def write_prompts(path: Path, size: int, seed: int) -> Path:
 
 
 def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str, reuse: bool = False) -> dict:
-    """One run of ``side`` in its own process; returns the worker's JSON (raises with the log's tail on failure).
+    """One run of ``side`` in its own process; returns the worker's JSON (raises with the log's tail on failure), with
+    ``limits``: the machine's matmul rate and read bandwidth measured right before the run
+    (:func:`compute_floor.machine_limits`), against which its steps' floors are taken.
 
     With ``reuse``, a finished run of the same tag and spec in ``work`` is read back instead of run again (to continue
     an interrupted invocation; only valid while the code under test has not changed)."""
@@ -123,6 +125,7 @@ def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str, reus
         return json.loads(out_path.read_text())
     out_path.unlink(missing_ok=True)
     spec_path.write_text(json.dumps(spec))
+    limits = machine_limits(spec["precision"])
     python = sys.executable if side == "rlvr" else str(trl_python)
     cmd = [python, str(HERE / f"{side}_step_worker.py"), str(spec_path), str(out_path)]
     env = {**ENV, "PYTHONPATH": str(REPO)} if side == "rlvr" else {k: v for k, v in ENV.items() if k != "PYTHONPATH"}
@@ -132,7 +135,8 @@ def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str, reus
     if rc:
         tail = "\n".join(log_path.read_text().splitlines()[-30:])
         raise RuntimeError(f"{tag} failed (exit {rc}); log {log_path}:\n{tail}")
-    result = json.loads(out_path.read_text())
+    result = {**json.loads(out_path.read_text()), "limits": limits}
+    out_path.write_text(json.dumps(result))  # a reused run keeps its limits
     timed = result["steps"][1:]
     print(f"    median {statistics.median(s['wall_s'] for s in timed):.2f} s/step over {len(timed)} steps, "
           f"peak RSS {result['peak_rss_mb']:.0f} MB", flush=True)
@@ -143,12 +147,22 @@ def median_of(steps: list[dict], key: str) -> float:
     return statistics.median(s[key] for s in steps)
 
 
-def floors(steps: list[dict], params: int, machine: dict, precision: str) -> dict:
-    """Median floor seconds per stage over ``steps`` (each step's own token counts)."""
-    rate = machine["matmul_flops_per_s"][precision]
+def run_limits(run: dict, machine: dict, precision: str) -> tuple[float, float]:
+    """The matmul FLOP/s in ``precision`` and read bytes/s a run's floors are taken at: measured right before it
+    (``run["limits"]``), or, for a run recorded without them, at the start of the invocation."""
+    limits = run.get("limits")
+    if limits is None:
+        return machine["matmul_flops_per_s"][precision], machine["read_bytes_per_s"]
+    return limits["matmul_flops_per_s"], limits["read_bytes_per_s"]
+
+
+def floors(steps: list[dict], params: int, precision: str) -> dict:
+    """Median floor seconds per stage over ``steps`` (each step's own token counts, at its run's ``limits``: the
+    (FLOP/s, bytes/s) of :func:`run_limits`)."""
     out = {"generation": [], "training": [], "step": [], "generation_bandwidth": [], "generation_compute": []}
     for s in steps:
-        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], rate, machine["read_bytes_per_s"],
+        rate, read = s["limits"]
+        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], rate, read,
                        2 if precision == "bf16" else 4)
         out["generation"].append(f.generation_s)
         out["generation_bandwidth"].append(f.generation_bandwidth_s)
@@ -164,7 +178,7 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
     by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
     out: dict = {"sides": {}}
     for side, rs in by_side.items():
-        steps = [s for r in rs for s in r["steps"][1:]]
+        steps = [{**s, "limits": run_limits(r, machine, precision)} for r in rs for s in r["steps"][1:]]
         out["sides"][side] = {
             "step_s": median_of(steps, "wall_s"), "step_min_s": min(s["wall_s"] for s in steps),
             "step_max_s": max(s["wall_s"] for s in steps),
@@ -172,7 +186,7 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
             "training_s": median_of(steps, "training_s"),
             "completion_tokens": statistics.median(sum(s["completion_tokens"]) for s in steps),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rs), "load_1m": statistics.median(s["load_1m"] for s in steps),
-            "steps": len(steps), "runs": len(rs), "floor": floors(steps, params, machine, precision),
+            "steps": len(steps), "runs": len(rs), "floor": floors(steps, params, precision),
             "versions": rs[0]["versions"]}
     pairs = [median_of(a["steps"][1:], "wall_s") / median_of(b["steps"][1:], "wall_s")
              for a, b in zip(by_side["rlvr"], by_side["trl"], strict=True)]
@@ -181,6 +195,10 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
                      **{f"{r['side']}_load_1m": statistics.median(x["load_1m"] for x in r["steps"][1:]) for r in (a, b)}}
                     for i, (a, b) in enumerate(zip(by_side["rlvr"], by_side["trl"], strict=True))]
     out["ratio"] = statistics.median(pairs)
+    limits = [run_limits(r, machine, precision) for r in runs]
+    out["limits_range"] = {"matmul_flops_per_s": [min(x[0] for x in limits), max(x[0] for x in limits)],
+                           "read_bytes_per_s": [min(x[1] for x in limits), max(x[1] for x in limits)],
+                           "per_run": any("limits" in r for r in runs)}
     return out
 
 
@@ -277,7 +295,7 @@ def main() -> None:
     machine = {"cpu": info, "commit": commit(), "precision": precision, "threads": args.threads,
                "matmul_flops_per_s": {"bf16": matmul_flops_per_s(torch.bfloat16),
                                       "fp32": matmul_flops_per_s(torch.float32)},
-               "read_bytes_per_s": read_bandwidth_bytes_per_s(), "load_1m_at_start": os.getloadavg()[0],
+               "read_bytes_per_s": read_bandwidth_bytes_per_s(), "read_pages": "2 MB", "load_1m_at_start": os.getloadavg()[0],
                "steps_per_run": args.steps, "measured_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(f"machine: {json.dumps(machine)}", flush=True)
     args.work_dir.mkdir(parents=True, exist_ok=True)

@@ -40,10 +40,25 @@ def matmul_flops_per_s(dtype: torch.dtype, m: int = 2048, k: int = 576, n: int =
 
 
 def read_bandwidth_bytes_per_s(mbytes: int = 512, repeats: int = 5) -> float:
-    """Best-of-``repeats`` bytes/s of a sum over an fp32 tensor of ``mbytes`` MiB (far larger than the caches)."""
-    x = torch.ones(mbytes * 2**20 // 4, dtype=torch.float32)
+    """Best-of-``repeats`` bytes/s of a sum over an fp32 tensor of ``mbytes`` MiB (far larger than the caches), on
+    2 MB pages where the OS gives them (:class:`rlvr.kernels.huge_pages.HugePageArena`), as the decode step's packed
+    weights lie: on 4 KB pages the hardware prefetchers stop at every page, and the same sum read 27-28 GB/s against
+    34-36 GB/s on 2 MB pages (AMD EPYC, 2 threads, 2026-12-07), which would set the floor of a decode step too low a
+    bar."""
+    from rlvr.kernels.huge_pages import HugePageArena
+
+    numel = mbytes * 2**20 // 4
+    x = HugePageArena(numel * 4).take((numel,), torch.float32).fill_(1.0)
     seconds = _best_seconds(lambda: x.sum(), repeats)
-    return x.numel() * 4 / seconds
+    return numel * 4 / seconds
+
+
+def machine_limits(precision: str) -> dict[str, float]:
+    """This moment's matmul rate in ``precision`` (``"bf16"`` or ``"fp32"``; FLOP/s) and read bandwidth (bytes/s), ~1 s: on a shared host both move
+    from one minute to the next (the read bandwidth of one machine measured 26-49 GB/s within an hour), so a
+    benchmark takes them again right before each run it holds against them."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    return {"matmul_flops_per_s": matmul_flops_per_s(dtype), "read_bytes_per_s": read_bandwidth_bytes_per_s()}
 
 
 @dataclass

@@ -37,6 +37,24 @@ def _side_rows(summ: dict) -> list[str]:
     return rows
 
 
+def _pages(machine: dict) -> str:
+    pages = machine.get("read_pages")
+    return f" on {pages} pages, as the decode step's packed weights lie" if pages else ""
+
+
+def _per_run_limits(summaries: dict, machine: dict) -> str:
+    """The sentence on the limits measured again before each run (nothing for runs recorded without them)."""
+    ranges = [summ["limits_range"] for summ in summaries.values() if summ.get("limits_range", {}).get("per_run")]
+    if not ranges:
+        return ""
+    flops = [x for r in ranges for x in r["matmul_flops_per_s"]]
+    reads = [x for r in ranges for x in r["read_bytes_per_s"]]
+    return (f" Both again right before each run, whose steps' floors are taken at its own: matmul "
+            f"{min(flops) / 1e9:.0f}-{max(flops) / 1e9:.0f} GFLOP/s {machine['precision']}, read "
+            f"{min(reads) / 1e9:.1f}-{max(reads) / 1e9:.1f} GB/s (on a shared host both move from one minute to "
+            "the next).")
+
+
 def _floor_rows(summ: dict) -> list[str]:
     rows = ["| side | generation floor s (all FLOPs / weight reads) | generation / floor | training floor s | "
             "training / floor | step floor s | step / floor |",
@@ -785,7 +803,8 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               f"{machine['matmul_flops_per_s']['bf16'] / 1e9:.0f} GFLOP/s bf16 and "
               f"{machine['matmul_flops_per_s']['fp32'] / 1e9:.0f} GFLOP/s fp32 ((2048 x 576) @ (576 x 1536), "
               f"SmolLM2's MLP shape), memory read {machine['read_bytes_per_s'] / 1e9:.1f} GB/s (sum over a 512 MiB "
-              f"tensor); load average {machine['load_1m_at_start']:.1f} when measured.", "",
+              f"tensor{_pages(machine)}); load average {machine['load_1m_at_start']:.1f} when measured."
+              + _per_run_limits(summaries, machine), "",
               "Floor of a step from its own token counts: generation 2 x params x tokens, training (forward + "
               "backward) 6 x params x tokens, a group's shared prompt counted once, at the matmul rate above; "
               "decoding also cannot beat reading every weight once per decode step (2 bytes a parameter in bf16, 4 in "

@@ -40,3 +40,27 @@ def test_step_floor_adds_no_grad_forwards_to_training():
 def test_step_floor_rejects_a_zero_rate():
     with pytest.raises(ValueError, match="flops_per_s"):
         step_floor(100, [10], [10], 0.0, 1e9, 2)
+
+
+def _run(side: str, wall_s: float, limits: dict | None) -> dict:
+    # one warm-up step (dropped) and one timed step: 1 prompt of 10 tokens, 2 samples of 5 tokens
+    step = {"wall_s": wall_s, "generation_s": 1.0, "scoring_s": 0.0, "training_s": 1.0, "load_1m": 1.0,
+            "prompt_tokens": [10], "completion_tokens": [5, 5]}
+    run = {"side": side, "steps": [step, step], "peak_rss_mb": 1.0, "versions": {}}
+    return run if limits is None else {**run, "limits": limits}
+
+
+def test_each_runs_floor_is_taken_at_the_limits_measured_before_it():
+    from bench_vs_trl import summarize
+
+    machine = {"matmul_flops_per_s": {"bf16": 1000.0}, "read_bytes_per_s": 50.0}
+    runs = [_run("rlvr", 2.0, {"matmul_flops_per_s": 2000.0, "read_bytes_per_s": 100.0}), _run("trl", 8.0, None)]
+    summ = summarize(runs, params=100, machine=machine, precision="bf16")
+    # rlvr at its own limits: prefill 2 x 100 x 10 / 2000 = 1 s, then 5 steps of max(2 rows x 0.1 s, 200 B / 100) = 2
+    assert summ["sides"]["rlvr"]["floor"]["generation"] == pytest.approx(1.0 + 5 * 2.0)
+    assert summ["sides"]["rlvr"]["floor"]["training"] == pytest.approx(6 * 100 * 20 / 2000)
+    # TRL's run carries none: the invocation's (2 s prefill, 5 x max(0.4, 4.0))
+    assert summ["sides"]["trl"]["floor"]["generation"] == pytest.approx(2.0 + 5 * 4.0)
+    assert summ["limits_range"] == {"matmul_flops_per_s": [1000.0, 2000.0], "read_bytes_per_s": [50.0, 100.0],
+                                    "per_run": True}
+    assert summ["ratio"] == pytest.approx(0.25)
