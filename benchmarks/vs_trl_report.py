@@ -491,10 +491,7 @@ before anything is computed).
   step. With its data in cache the decode attention costs ~11 ns per cached position per (row, KV head) (1 thread:
   0.47 us a task at 16 positions, 3.08 us at 256), about 35 cycles for 24 FMAs and 8 bf16 -> fp32 widenings (which
   take the shuffle unit); `vdpbf16ps` over keys and values laid out in pairs would cut both, a change of the cache
-  layout (not done). Every decoder layer in one C++ call (`decode_layers`, the same kernels in the same order,
-  instead of 13 calls a layer from Python): `bench_decode_ab.py` with eos, 2 x 8 x <= 128 tokens, 8 alternated pairs,
-  the same tokens: 2.04 s a rollout either way (paired mean -0.9%, inside the order effect). The interpreter and
-  the bindings cost ~0.15 ms of a 16 ms step; most of `profile_decode.py`'s "between the calls" is its own timers.
+  layout (not done). Every decoder layer in one C++ call: see the next bullet.
 
 ## Earlier runs of this benchmark
 

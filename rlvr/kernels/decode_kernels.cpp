@@ -149,19 +149,31 @@ void segment_scores(const Segment& seg, const float* q_scaled, int64_t head_dim,
   }
 }
 
-// out (G, d) fp32 accumulators += probabilities (G, stride, from column 0) @ the segment's values.
+// out (G, d) fp32 accumulators += probabilities (G, stride, from column 0) @ the segment's values. One pass over the
+// positions reads each value row whole (CH chunks of 16 columns at a time: all of d = 64 for G <= 6), so a cold cache
+// streams in order once instead of once per chunk; each accumulator still sums its positions in order.
 template <int G>
 void segment_values(const Segment& seg, const float* probs, int64_t stride, int64_t head_dim, float* acc_out) {
-  for (int64_t c = 0; c < head_dim; c += 16) {
-    const __mmask16 m = tail_mask(head_dim - c);
-    __m512 acc[G];
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_maskz_loadu_ps(m, acc_out + g * head_dim + c);
+  constexpr int CH = G <= 6 ? 4 : 2;  // G x CH accumulators in registers
+  for (int64_t c0 = 0; c0 < head_dim; c0 += CH * 16) {
+    __mmask16 m[CH];
+    __m512 acc[G][CH];
+    for (int ch = 0; ch < CH; ++ch) {
+      m[ch] = c0 + ch * 16 < head_dim ? tail_mask(head_dim - c0 - ch * 16) : static_cast<__mmask16>(0);
+      for (int g = 0; g < G; ++g) acc[g][ch] = _mm512_maskz_loadu_ps(m[ch], acc_out + g * head_dim + c0 + ch * 16);
+    }
     for (int64_t j = 0; j < seg.length; ++j) {
       if (seg.bias[j] == -std::numeric_limits<float>::infinity()) continue;
-      const __m512 x = load16(seg.values + j * head_dim + c, m);
-      for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(probs[g * stride + j]), x, acc[g]);
+      const uint16_t* row = seg.values + j * head_dim + c0;
+#pragma GCC unroll 4
+      for (int ch = 0; ch < CH; ++ch) {
+        if (m[ch] == 0) break;
+        const __m512 x = load16(row + ch * 16, m[ch]);
+        for (int g = 0; g < G; ++g) acc[g][ch] = _mm512_fmadd_ps(_mm512_set1_ps(probs[g * stride + j]), x, acc[g][ch]);
+      }
     }
-    for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(acc_out + g * head_dim + c, m, acc[g]);
+    for (int ch = 0; ch < CH; ++ch)
+      for (int g = 0; g < G; ++g) _mm512_mask_storeu_ps(acc_out + g * head_dim + c0 + ch * 16, m[ch], acc[g][ch]);
   }
 }
 

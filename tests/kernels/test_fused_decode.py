@@ -14,7 +14,7 @@ from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_
 
 from rlvr.kernels import fused_decode
 from rlvr.kernels.build import amx_supported, decode_kernels, kernels_supported
-from rlvr.kernels.fused_decode import AmxLinear, FusedDecoder, build_fused_decoder, fused_decode_supported, pack_amx
+from rlvr.kernels.fused_decode import FusedDecoder, TileLinear, build_fused_decoder, fused_decode_supported, pack_amx
 from rlvr.kernels.machine import cpu_native_bf16
 from rlvr.rollout import decode
 from rlvr.rollout.hf import _low_precision_copy
@@ -189,13 +189,15 @@ def test_amx_linear_is_onednns_bf16_linear(kernels, rows, out_features, bias):
                                rtol=0.02)
 
 
-@pytest.mark.skipif(not amx_supported(), reason="needs AMX tiles")
-def test_the_prefill_linears_read_their_slice_of_the_stacked_amx_pack(tmp_path, kernels):
+@pytest.mark.parametrize("gemm", ["amx", "dot"])
+def test_the_prefill_linears_read_their_slice_of_the_stacked_tile_pack(tmp_path, kernels, gemm):
+    if gemm == "amx" and not amx_supported():
+        pytest.skip("needs AMX tiles")
     gen = _low_precision_copy(_llama(tmp_path), BF16)  # q 192, k/v 64 wide: whole groups of 64 columns
-    fused = FusedDecoder(gen, kernels, gemm="amx")
+    fused = FusedDecoder(gen, kernels, gemm=gemm)
     attn = gen.model.layers[1].self_attn
-    assert all(isinstance(m, AmxLinear) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
-    assert attn.k_proj.amx_groups == (3, 4) and attn.v_proj.amx_projection is fused.layers[1].qkv
+    assert all(isinstance(m, TileLinear) for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
+    assert attn.k_proj.tile_groups == (3, 4) and attn.v_proj.tile_projection is fused.layers[1].qkv
     x = torch.randn(2, 57, 192).to(BF16)  # a prefill's (U, P, D) input
     with torch.no_grad():
         for module in (attn.q_proj, attn.k_proj, attn.v_proj):

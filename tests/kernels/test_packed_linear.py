@@ -109,12 +109,11 @@ def test_the_generation_copy_is_packed_exactly_where_supported(tmp_path, monkeyp
                     reason="needs a CPU with native bf16 and AVX-512 (the fused decode kernels)")
 def test_with_the_fused_decode_step_the_model_keeps_no_packed_copy(tmp_path):
     """The fused decoder packs its own copies of every decode GEMM; the model's packed copies would be a second one,
-    so its linears go back to F.linear on the plain weights, or (AMX, outputs a multiple of 64) read their slice of
-    the decoder's pack (only the prefill calls them)."""
+    so its linears go back to F.linear on the plain weights, or (a tile GEMM, outputs a multiple of 64) read their
+    slice of the decoder's pack (only the prefill calls them)."""
     from transformers import AutoModelForCausalLM
 
-    from rlvr.kernels.build import amx_supported
-    from rlvr.kernels.fused_decode import AmxLinear
+    from rlvr.kernels.fused_decode import TileLinear
     from rlvr.rollout.hf import HFRolloutEngine
     from tests.tiny import build_tokenizer
 
@@ -124,6 +123,7 @@ def test_with_the_fused_decode_step_the_model_keeps_no_packed_copy(tmp_path):
     kinds = {name.rsplit(".", 1)[-1]: type(m) for name, m in engine.generation_model.named_modules()
              if isinstance(m, torch.nn.Linear)}
     assert PackedLinear not in kinds.values()
-    # hidden 32: q/o 32 and k/v 16 wide, the vocabulary 48; gate/up 64 wide each (a whole AMX group)
-    assert kinds["gate_proj"] is kinds["up_proj"] is (AmxLinear if amx_supported() else torch.nn.Linear)
+    # hidden 32: q/o 32 and k/v 16 wide, the vocabulary 48; gate/up 64 wide each (a whole group of a tile pack)
+    tiled = engine.fused.layers[0].gate_up.gemm in ("amx", "dot")  # else oneDNN, where measured faster
+    assert kinds["gate_proj"] is kinds["up_proj"] is (TileLinear if tiled else torch.nn.Linear)
     assert {kinds[n] for n in ("q_proj", "k_proj", "v_proj", "o_proj", "down_proj", "lm_head")} == {torch.nn.Linear}
