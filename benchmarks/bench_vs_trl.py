@@ -114,7 +114,7 @@ def write_prompts(path: Path, size: int, seed: int) -> Path:
 def run_side(side: str, spec: dict, trl_python: Path, work: Path, tag: str, reuse: bool = False) -> dict:
     """One run of ``side`` in its own process; returns the worker's JSON (raises with the log's tail on failure), with
     ``limits``: the machine's matmul rate and read bandwidth measured right before the run
-    (:func:`compute_floor.machine_limits`), against which its steps' floors are taken.
+    (:func:`compute_floor.machine_limits`), whose median over the runs sets the floors (:func:`summarize`).
 
     With ``reuse``, a finished run of the same tag and spec in ``work`` is read back instead of run again (to continue
     an interrupted invocation; only valid while the code under test has not changed)."""
@@ -148,22 +148,19 @@ def median_of(steps: list[dict], key: str) -> float:
 
 
 def run_limits(run: dict, machine: dict, precision: str) -> tuple[float, float]:
-    """The matmul FLOP/s in ``precision`` and read bytes/s a run's floors are taken at: measured right before it
-    (``run["limits"]``), or, for a run recorded without them, at the start of the invocation."""
+    """The matmul FLOP/s in ``precision`` and read bytes/s measured right before a run (``run["limits"]``), or, for a
+    run recorded without them, at the start of the invocation."""
     limits = run.get("limits")
     if limits is None:
         return machine["matmul_flops_per_s"][precision], machine["read_bytes_per_s"]
     return limits["matmul_flops_per_s"], limits["read_bytes_per_s"]
 
 
-def floors(steps: list[dict], params: int, precision: str) -> dict:
-    """Median floor seconds per stage over ``steps`` (each step's own token counts, at its run's ``limits``: the
-    (FLOP/s, bytes/s) of :func:`run_limits`)."""
+def floors(steps: list[dict], params: int, precision: str, limits: tuple[float, float]) -> dict:
+    """Median floor seconds per stage over ``steps`` (each step's own token counts) at ``limits``, (FLOP/s, bytes/s)."""
     out = {"generation": [], "training": [], "step": [], "generation_bandwidth": [], "generation_compute": []}
     for s in steps:
-        rate, read = s["limits"]
-        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], rate, read,
-                       2 if precision == "bf16" else 4)
+        f = step_floor(params, s["prompt_tokens"], s["completion_tokens"], *limits, 2 if precision == "bf16" else 4)
         out["generation"].append(f.generation_s)
         out["generation_bandwidth"].append(f.generation_bandwidth_s)
         out["generation_compute"].append(f.generation_compute_s)
@@ -173,12 +170,15 @@ def floors(steps: list[dict], params: int, precision: str) -> dict:
 
 
 def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> dict:
-    """Per side: medians over every timed step of its runs; the ratio: median over pairs of the per-pair ratio of
-    median step times."""
+    """Per side: medians over every timed step of its runs, and their floors at the median of the machine's limits
+    measured before each run (on a shared host a single reading can catch a passing dip or burst: the median moves
+    with neither); the ratio: median over pairs of the per-pair ratio of median step times."""
     by_side = {side: [r for r in runs if r["side"] == side] for side in SIDES}
     out: dict = {"sides": {}}
+    limits = [run_limits(r, machine, precision) for r in runs]
+    at = (statistics.median(x[0] for x in limits), statistics.median(x[1] for x in limits))
     for side, rs in by_side.items():
-        steps = [{**s, "limits": run_limits(r, machine, precision)} for r in rs for s in r["steps"][1:]]
+        steps = [s for r in rs for s in r["steps"][1:]]
         out["sides"][side] = {
             "step_s": median_of(steps, "wall_s"), "step_min_s": min(s["wall_s"] for s in steps),
             "step_max_s": max(s["wall_s"] for s in steps),
@@ -186,7 +186,7 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
             "training_s": median_of(steps, "training_s"),
             "completion_tokens": statistics.median(sum(s["completion_tokens"]) for s in steps),
             "peak_rss_mb": max(r["peak_rss_mb"] for r in rs), "load_1m": statistics.median(s["load_1m"] for s in steps),
-            "steps": len(steps), "runs": len(rs), "floor": floors(steps, params, precision),
+            "steps": len(steps), "runs": len(rs), "floor": floors(steps, params, precision, at),
             "versions": rs[0]["versions"]}
     pairs = [median_of(a["steps"][1:], "wall_s") / median_of(b["steps"][1:], "wall_s")
              for a, b in zip(by_side["rlvr"], by_side["trl"], strict=True)]
@@ -195,10 +195,9 @@ def summarize(runs: list[dict], params: int, machine: dict, precision: str) -> d
                      **{f"{r['side']}_load_1m": statistics.median(x["load_1m"] for x in r["steps"][1:]) for r in (a, b)}}
                     for i, (a, b) in enumerate(zip(by_side["rlvr"], by_side["trl"], strict=True))]
     out["ratio"] = statistics.median(pairs)
-    limits = [run_limits(r, machine, precision) for r in runs]
-    out["limits_range"] = {"matmul_flops_per_s": [min(x[0] for x in limits), max(x[0] for x in limits)],
-                           "read_bytes_per_s": [min(x[1] for x in limits), max(x[1] for x in limits)],
-                           "per_run": any("limits" in r for r in runs)}
+    out["limits"] = {"matmul_flops_per_s": [min(x[0] for x in limits), at[0], max(x[0] for x in limits)],
+                     "read_bytes_per_s": [min(x[1] for x in limits), at[1], max(x[1] for x in limits)],
+                     "per_run": any("limits" in r for r in runs)}
     return out
 
 

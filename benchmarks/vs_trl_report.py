@@ -44,15 +44,16 @@ def _pages(machine: dict) -> str:
 
 def _per_run_limits(summaries: dict, machine: dict) -> str:
     """The sentence on the limits measured again before each run (nothing for runs recorded without them)."""
-    ranges = [summ["limits_range"] for summ in summaries.values() if summ.get("limits_range", {}).get("per_run")]
-    if not ranges:
+    measured = {name: summ["limits"] for name, summ in summaries.items() if summ.get("limits", {}).get("per_run")}
+    if not measured:
         return ""
-    flops = [x for r in ranges for x in r["matmul_flops_per_s"]]
-    reads = [x for r in ranges for x in r["read_bytes_per_s"]]
-    return (f" Both again right before each run, whose steps' floors are taken at its own: matmul "
-            f"{min(flops) / 1e9:.0f}-{max(flops) / 1e9:.0f} GFLOP/s {machine['precision']}, read "
-            f"{min(reads) / 1e9:.1f}-{max(reads) / 1e9:.1f} GB/s (on a shared host both move from one minute to "
-            "the next).")
+    each = "; ".join(
+        f"{MODEL_TITLES.get(name, name).split(' (')[0]}'s runs: matmul {m['matmul_flops_per_s'][1] / 1e9:.0f} GFLOP/s "
+        f"({m['matmul_flops_per_s'][0] / 1e9:.0f}-{m['matmul_flops_per_s'][2] / 1e9:.0f}), read "
+        f"{m['read_bytes_per_s'][1] / 1e9:.1f} GB/s ({m['read_bytes_per_s'][0] / 1e9:.1f}-"
+        f"{m['read_bytes_per_s'][2] / 1e9:.1f})" for name, m in measured.items())
+    return (f" Both again right before each run; a model's floors below are taken at the median over its runs "
+            f"(range in parentheses; on a shared host a single reading can catch a passing dip or burst): {each}.")
 
 
 def _floor_rows(summ: dict) -> list[str]:
@@ -479,8 +480,8 @@ before anything is computed).
   same seed IDENTICAL by `compare_runs`). `profile_decode.py --threads 2` at 16 rows, 3 processes a side alternated
   (ff86290 before): SiLU x up 0.45-0.59 -> 0.28-0.30 ms a step, RMSNorm 0.46-0.57 -> 0.37-0.38 ms, the step 17.92,
   16.99, 17.33 -> 16.66, 16.75, 16.46 ms (per pair 0.93, 0.99, 0.95). At 1 and 4 rows the kernels run as before.
-- **Result** (the invocation at the top, code of b1c3c4a: the changes above since b7dc5da; bf16 matmul 406 GFLOP/s
-  and read 42.1 GB/s in that invocation): rlvr 6.31 s a step (generation 2.16 s, 2.1x its floor of 1.02 s; training
+- **Result** (the invocation of 2026-12-07 19:08 UTC under "Earlier runs", code of b1c3c4a: the changes above since
+  b7dc5da; bf16 matmul 406 GFLOP/s and read 42.1 GB/s, on 4 KB pages, in that invocation): rlvr 6.31 s a step (generation 2.16 s, 2.1x its floor of 1.02 s; training
   4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108
   of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the floor in both stages at once on this
   CPU.
@@ -492,6 +493,39 @@ before anything is computed).
   0.47 us a task at 16 positions, 3.08 us at 256), about 35 cycles for 24 FMAs and 8 bf16 -> fp32 widenings (which
   take the shuffle unit); `vdpbf16ps` over keys and values laid out in pairs would cut both, a change of the cache
   layout (not done). Every decoder layer in one C++ call: see the next bullet.
+- **Every decoder layer of a decode step in one kernel call** (`decode_layers` in `decode_kernels.cpp`, where the
+  GEMMs are the tile kernels; the same kernels in the same order, so the same bits: a test checks logits and caches
+  against the Python loop of calls). Measured earlier the same day with `bench_decode_ab.py` at -0.9% a rollout,
+  inside the order effect, and left out; measured again with whole rollouts and the two alternated
+  (`python benchmarks/bench_decode_kernels_ab.py --old-rev 13bb29e --reps 8`, 2 x 8 rows x 128 steps, eos
+  suppressed, code of c2e5a9a, AMD EPYC with AVX512_BF16, 2 threads, load 1.3): 2.461 -> 2.363 s a rollout, per
+  repetition 0.950-0.994 (median 0.974), the same tokens; with eos, alternated in one process, 0.981 (0.924-0.991).
+  A 4-step demo with the same seed: IDENTICAL by `compare_runs`.
+- **The decode attention's value pass in one sweep** (`segment_values`): every 16-column chunk of a value row at
+  once (all of d = 64 for up to 6 query heads a KV head), instead of one pass over the positions per chunk, so a
+  cache the weights' stream has evicted is read in order once; each accumulator sums its positions in the same
+  order (the same bits). `bench_decode_kernels_ab.py --old-rev c2e5a9a --reps 8` (code of 9b608d1): 2.568 ->
+  2.541 s a rollout, per repetition median 0.986 (0.967-1.014), the same tokens. A prefetch of the next task's
+  cache (one, two or four tasks ahead) took a cold-cache attention call from 169 to 127-138 us at 120 positions in
+  isolation, but whole rollouts 0.99 (inside the noise): dropped.
+- **The prefill's linear layers read the `dot_linear` packs** (`TileLinear`, which AMX CPUs had as `AmxLinear`):
+  without AMX they ran oneDNN on the plain weights, at 287-428 GFLOP/s at the prefill's 57-228 rows where
+  `dot_linear` reaches 413-449 (weights in cache, 2 threads). A prefill of 2 prompts x 57 tokens: 151 -> 119 ms
+  (10 alternated pairs, median ratio 0.80); 4 x 57: 202 -> 175 ms (0.87). The logits differ in the last bf16 bits
+  (at most 0.5 at magnitudes ~20), so a run samples other tokens for a seed: a 4-step demo held out 0.598 +- 0.026
+  before and 0.555 +- 0.035 after.
+- **The floor's limits, measured before each run** (`compute_floor.machine_limits`): in one hour of this session the
+  read bandwidth measured 26-68 GB/s and the bf16 matmul 221-430 GFLOP/s from one reading to the next, so one
+  reading at the start could set every decode step's floor a third too high or too low. `bench_vs_trl.py` now
+  measures both right before each run and takes a model's floors at the median over its runs (a single reading can
+  catch a passing dip or burst; the median moves with neither), and sums the read over 2 MB pages, as the decode
+  step's packed weights lie (27-28 GB/s on 4 KB pages against 34-36 GB/s on 2 MB, measured side by side).
+- **Result** (the invocation at the top, code of 9b608d1: the changes above since b1c3c4a): rlvr 6.73 s a step
+  (generation 2.11 s, 1.9x its floor of 1.12 s; training 4.51 s, 1.7x its floor of 2.65 s), TRL 35.3 s, ratio
+  **0.19** (0.17, 0.19, 0.21); the tiny model 0.07. The same stages took 2.16 s and 4.17 s at b1c3c4a: the
+  update's 4.17 -> 4.51 s is not the code (the update's code is the same; its three runs here took 4.30, 4.51 and
+  4.71 s), and the generation's floor is now taken at the bandwidth the runs had (34.0-37.0 GB/s) rather than 42.1
+  GB/s. The floors sum to 3.78 s, 0.107 of TRL's step.
 
 ## Earlier runs of this benchmark
 
@@ -511,6 +545,9 @@ Then (7b3990c, 2026-12-03 08:40 UTC: RMSNorm and SwiGLU as kernels; on the AMD E
 Then (b7dc5da, 2026-12-07 16:02 UTC: the decode step's weights on 2 MB pages; on the EPYC with the slower bf16
 matmul, 435 GFLOP/s, fp32 204, read 46.6 GB/s), load 1.4-2.0: rlvr 6.54 s (generation 2.16: 2.3x its floor, taken
 per decode step; training 4.38: 1.8x), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0.20); the tiny model 0.06.
+Then (b1c3c4a, 2026-12-07 19:08 UTC: the decode step's SiLU x up and RMSNorm over both threads, RMSNorm writing bf16
+in the update; matmul 406 GFLOP/s, fp32 197, read 42.1 GB/s on 4 KB pages), load 1.3-1.9: rlvr 6.31 s (generation
+2.16: 2.1x its floor; training 4.17: 1.6x), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20); the tiny model 0.07.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
@@ -803,7 +840,8 @@ def render_results(machine: dict, summaries: dict, steps: int, argv: list[str], 
               f"tensor{_pages(machine)}); load average {machine['load_1m_at_start']:.1f} when measured."
               + _per_run_limits(summaries, machine), "",
               "Floor of a step from its own token counts: generation 2 x params x tokens, training (forward + "
-              "backward) 6 x params x tokens, a group's shared prompt counted once, at the matmul rate above; "
+              "backward) 6 x params x tokens, a group's shared prompt counted once, at the matmul rate above (the "
+              "median over the model's runs where measured before each); "
               "decoding also cannot beat reading every weight once per decode step (2 bytes a parameter in bf16, 4 in "
               "fp32) at the read bandwidth. The generation floor is that roofline taken at each decode step: the "
               "prefill's FLOPs, then for each decode step the larger of its live rows' FLOPs (the responses not yet "

@@ -50,17 +50,20 @@ def _run(side: str, wall_s: float, limits: dict | None) -> dict:
     return run if limits is None else {**run, "limits": limits}
 
 
-def test_each_runs_floor_is_taken_at_the_limits_measured_before_it():
+def test_the_floors_are_taken_at_the_median_of_the_limits_measured_before_each_run():
     from bench_vs_trl import summarize
 
-    machine = {"matmul_flops_per_s": {"bf16": 1000.0}, "read_bytes_per_s": 50.0}
-    runs = [_run("rlvr", 2.0, {"matmul_flops_per_s": 2000.0, "read_bytes_per_s": 100.0}), _run("trl", 8.0, None)]
+    machine = {"matmul_flops_per_s": {"bf16": 500.0}, "read_bytes_per_s": 25.0}
+    runs = [_run("rlvr", 2.0, {"matmul_flops_per_s": 2000.0, "read_bytes_per_s": 100.0}),
+            _run("rlvr", 2.0, {"matmul_flops_per_s": 1000.0, "read_bytes_per_s": 50.0}),
+            _run("trl", 8.0, {"matmul_flops_per_s": 1000.0, "read_bytes_per_s": 60.0}),
+            _run("trl", 8.0, None)]  # recorded without limits: the invocation's (500 FLOP/s, 25 B/s)
     summ = summarize(runs, params=100, machine=machine, precision="bf16")
-    # rlvr at its own limits: prefill 2 x 100 x 10 / 2000 = 1 s, then 5 steps of max(2 rows x 0.1 s, 200 B / 100) = 2
-    assert summ["sides"]["rlvr"]["floor"]["generation"] == pytest.approx(1.0 + 5 * 2.0)
-    assert summ["sides"]["rlvr"]["floor"]["training"] == pytest.approx(6 * 100 * 20 / 2000)
-    # TRL's run carries none: the invocation's (2 s prefill, 5 x max(0.4, 4.0))
-    assert summ["sides"]["trl"]["floor"]["generation"] == pytest.approx(2.0 + 5 * 4.0)
-    assert summ["limits_range"] == {"matmul_flops_per_s": [1000.0, 2000.0], "read_bytes_per_s": [50.0, 100.0],
-                                    "per_run": True}
+    # medians: 1000 FLOP/s (500, 1000, 1000, 2000), 55 B/s (25, 50, 60, 100)
+    # prefill 2 x 100 x 10 / 1000 = 2 s, then 5 steps of max(2 rows x 0.2 s, 200 B / 55 B/s)
+    for side in ("rlvr", "trl"):
+        assert summ["sides"][side]["floor"]["generation"] == pytest.approx(2.0 + 5 * 200 / 55)
+        assert summ["sides"][side]["floor"]["training"] == pytest.approx(6 * 100 * 20 / 1000)
+    assert summ["limits"] == {"matmul_flops_per_s": [500.0, 1000.0, 2000.0], "read_bytes_per_s": [25.0, 55.0, 100.0],
+                              "per_run": True}
     assert summ["ratio"] == pytest.approx(0.25)
