@@ -4,10 +4,13 @@ policy itself, where generation runs in fp32): one new token a row.
 Decoding a few rows (16 in the CPU demo) reads every weight once per token, so the step's floor is the time to stream
 the weights. Through transformers' modules a step is ~6,000 small ops (211 linear layers for SmolLM2, 30 SDPA calls,
 RMSNorm's 7 ops, RoPE's 10, the causal mask and the rotary table rebuilt every step), each a few microseconds of
-dispatch for a few microseconds of work. Here a layer is 9 calls:
+dispatch for a few microseconds of work. Here a layer is 9 kernel calls:
 
     add_rms_norm -> qkv GEMM -> rope -> decode_attention (writes the new keys/values first) -> o GEMM
     -> add_rms_norm -> gate/up GEMM -> silu_mul -> down GEMM
+
+and where the GEMMs are the tile kernels below, all of a step's layers are one call from Python (``decode_layers``
+runs the same kernels in the same order in C++).
 
 All but the GEMMs are AVX-512 kernels of ``decode_kernels.cpp`` (:mod:`rlvr.kernels.build`), rounding to bf16
 where transformers' bf16 modules round. The GEMMs (q/k/v and gate/up each stacked into one weight) run on CPUs with
@@ -332,6 +335,10 @@ class FusedDecoder:
             measured on this machine (:func:`measured_decode_gemm`); projections whose input features are not a
             multiple of 32 use oneDNN. fp32: ``"fp32_linear"`` or ``"torch"`` (``F.linear``); None = the faster
             as measured on this machine (:func:`rlvr.kernels.fp32_decode.measured_fp32_decode`).
+    Attributes:
+        one_call: whether :meth:`step` runs every layer in one kernel call (``decode_layers``; bf16 with the
+            ``amx`` or ``dot`` GEMMs). Set it False to have the same kernels called one by one from Python, the same
+            bits (``benchmarks/profile_decode.py`` times them so).
     Raises:
         ValueError: ``model`` unsupported, or ``gemm`` not one of its dtype's kernels.
     """
