@@ -44,6 +44,10 @@ import time
 EVENTS_HOLD_S = 0.25  # a test's event waits at most about this long for the rest of its job's (see hold)
 EVENTS_HOLD_BYTES = 1 << 20
 SYNTAX_CHECK_S = 5.0  # a Python program's syntax check (compile(), in a child) ends by then: CE after (see batch.py)
+# The detail of a test not run because processes the program started in an earlier test survived the clean-up (a fork
+# bomb on a loaded machine): the sandbox's process limit may still be full, so a fork for the next run could fail
+# (EAGAIN) and take the driver down, which would read as a broken sandbox rather than as the program's doing.
+LEFT_OVER = "not run: processes this program started in an earlier test outlived their clean-up"
 
 
 class _Driver:
@@ -60,6 +64,7 @@ class _Driver:
         self.forkserver = _ForkServer(self, batch["forkserver"]) if batch.get("forkserver") else None
         self.session = None  # the _RpcSession running now, for SIGALRM
         self.dirty = False  # a clean-up failed: processes may survive, the sandbox must not be reused
+        self.left_over = False  # the clean-up after this job's program failed: its remaining tests are not run
         self.reaped = {}  # pid -> (wait status, rusage) of children we reaped
         self.held, self.held_bytes, self.held_since = [], 0, 0.0  # test events not written yet (see hold)
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -135,7 +140,7 @@ class _Driver:
         cpu_s = cpu_s or job["time_s"]
         if memory_mb is None:
             memory_mb = job["memory_mb"] if job.get("address_space", True) else 0
-        pid = os.fork()
+        pid = fork_retrying(self.reap)
         if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
             try:
                 os.setsid()
@@ -319,6 +324,7 @@ class _Driver:
             # nothing of an earlier job is alive, and a warm driver lives long enough for pids to wrap
             # (pid_max is often 32768), when a stale entry would pass for a new program's exit.
             self.reaped.clear()
+            self.left_over = False
             self.prepare_workdir()
             self.run_job(i, job)
             clean = self.kill_all() and self.wipe() and not self.dirty
@@ -357,7 +363,10 @@ class _Driver:
             return
         if job["kind"] == "stdio":
             for j, text in enumerate(job["inputs"]):
-                self.run_stdio(i, j, job, path, text)
+                if self.left_over:
+                    self._report(i, j, "error", LEFT_OVER)
+                else:
+                    self.run_stdio(i, j, job, path, text)
         else:
             self.session = _RpcSession(self, i, job, path)
             try:
@@ -369,7 +378,7 @@ class _Driver:
         """Compile the program in a forked child under the job's memory limit: the message of a syntax
         error, or None. The child only compiles, never runs, the program."""
         r, w = os.pipe()
-        pid = os.fork()
+        pid = fork_retrying(self.reap)
         if pid == 0:
             code = 0
             try:
@@ -461,8 +470,14 @@ class _Driver:
         except _Abort as abort:
             status, detail = abort.status, abort.detail
         self.end_process(proc)
-        self.dirty |= not self.kill_all()  # daemons the program left must not see the next test
+        self.clean_after_program()  # daemons the program left must not see the next test
         self._report(i, j, status, detail, started, proc, stdout=bytes(proc.out[: job["output_bytes"]]))
+
+    def clean_after_program(self):
+        """Kill what a program's run left; where that fails, the sandbox is dirty and the job's remaining tests are
+        reported as the program's error (LEFT_OVER) instead of run."""
+        if not self.kill_all():
+            self.dirty = self.left_over = True
 
 
 class _Requests:

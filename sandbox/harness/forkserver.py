@@ -24,8 +24,8 @@ fresh interpreter: the modules the server imported are already loaded, and the h
 namespace cannot signal the server; should the server die anyway, its child is reaped by the driver (the
 subreaper) and the server restarted.
 """
-# Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits and
-# _enter_run_namespaces come from there.
+# Shipped after processes.py (see `rlvr.sandbox.harness`): _LIBC, PR_SET_DUMPABLE, _set_limits,
+# _enter_run_namespaces and fork_retrying come from there.
 import ctypes
 import fcntl
 import gc
@@ -181,7 +181,7 @@ def _serve():
         request = json.loads(data)
         if _NAMESPACES and _LIBC.unshare(CLONE_NEWIPC) != 0:  # each run's IPC namespace: ours until the next
             return
-        pid = os.fork()
+        pid = fork_retrying()
         if pid == 0:
             ctl.close()
             _child(request, fds)

@@ -1,6 +1,6 @@
 """The driver's side of the fork server (forkserver.py): start it, ask it for a child, collect its reports.
 Shipped after processes.py and before rpc.py and driver.py (one namespace at run time)."""
-# _Proc, _kill and OUT_TAIL come from processes.py.
+# _Proc, _kill, OUT_TAIL and fork_retrying come from processes.py.
 import json
 import os
 import socket
@@ -37,7 +37,7 @@ class _ForkServer:
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         argv = [self.d.python, "-I", "-B", "-c", self.source] + (["namespaces"] if self.d.namespaces else [])
         env = self.d.program_env()
-        pid = os.fork()
+        pid = fork_retrying(self.d.reap)
         if pid == 0:  # child: no Python-level cleanup may run here, whatever happens
             try:
                 os.setsid()

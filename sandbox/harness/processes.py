@@ -7,6 +7,7 @@ import os
 import resource
 import shutil
 import signal
+import time
 
 OUT_TAIL = 4096  # bytes of stderr kept per test
 SPAWN_PATH = "/usr/local/bin:/usr/bin:/bin"  # where programs and their toolchains are looked up
@@ -31,6 +32,25 @@ class _CapHeader(ctypes.Structure):
 
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+FORK_TRIES = 20  # a fork failing with EAGAIN is tried again every 50 ms for about a second (fork_retrying)
+
+
+def fork_retrying(reap=None):
+    """os.fork(), tried again for about a second while it fails with EAGAIN: the processes of a program just
+    killed (a fork bomb's) count against the sandbox's process limit until their exits are collected, so the fork
+    of the next run can fail for a moment after a clean-up that succeeded (seen on a loaded machine). `reap`,
+    called between tries, collects exits. Raises BlockingIOError when the limit stays full."""
+    for attempt in range(FORK_TRIES):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if attempt == FORK_TRIES - 1:
+                raise
+            if reap is not None:
+                reap()
+            time.sleep(0.05)
 
 
 def _drop_capabilities():

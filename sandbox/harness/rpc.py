@@ -1,7 +1,8 @@
 """`call` and `assert` tests inside the sandbox: the program runs once in a runner process (runner.py) and
 answers calls; for `assert` the test code runs in the driver and reaches the program through proxies.
 Shipped after processes.py and before driver.py (one namespace at run time)."""
-# encode(), decode() and validated() come from codec.py; _Abort, _write_all and OUT_TAIL from processes.py.
+# encode(), decode() and validated() come from codec.py; _Abort, _write_all and OUT_TAIL from processes.py; LEFT_OVER
+# from driver.py.
 import builtins
 import json
 import os
@@ -50,7 +51,7 @@ class _RpcSession:
     def stop(self):
         if self.proc is not None:
             self.d.end_process(self.proc)
-            self.d.dirty |= not self.d.kill_all()
+            self.d.clean_after_program()
             self.proc = None
 
     def call(self, fn, args, kwargs, decoded=True):
@@ -90,6 +91,8 @@ class _RpcSession:
             is_test = self.job["kind"] == "call" or unit["test"]
             started = time.monotonic()
             value = None
+            if fatal is None and self.proc is None and self.d.left_over:
+                fatal = ("error", LEFT_OVER)
             if fatal is None and self.proc is None:
                 try:
                     self.start()
