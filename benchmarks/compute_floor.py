@@ -54,9 +54,10 @@ def read_bandwidth_bytes_per_s(mbytes: int = 512, repeats: int = 5) -> float:
 
 
 def machine_limits(precision: str) -> dict[str, float]:
-    """This moment's matmul rate in ``precision`` (``"bf16"`` or ``"fp32"``; FLOP/s) and read bandwidth (bytes/s), ~1 s: on a shared host both move
-    from one minute to the next (the read bandwidth of one machine measured 26-49 GB/s within an hour), so a
-    benchmark takes them again right before each run and holds its runs against the median."""
+    """This moment's matmul rate in ``precision`` (``"bf16"`` or ``"fp32"``; FLOP/s) and read bandwidth (bytes/s),
+    measured in ~1 s: on a shared host both move from one minute to the next (the read bandwidth of one machine
+    measured 26-68 GB/s within an hour), so a benchmark takes them again right before each run and holds its runs
+    against the median."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     return {"matmul_flops_per_s": matmul_flops_per_s(dtype), "read_bytes_per_s": read_bandwidth_bytes_per_s()}
 

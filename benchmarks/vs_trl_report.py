@@ -481,8 +481,8 @@ before anything is computed).
   (ff86290 before): SiLU x up 0.45-0.59 -> 0.28-0.30 ms a step, RMSNorm 0.46-0.57 -> 0.37-0.38 ms, the step 17.92,
   16.99, 17.33 -> 16.66, 16.75, 16.46 ms (per pair 0.93, 0.99, 0.95). At 1 and 4 rows the kernels run as before.
 - **Result** (the invocation of 2026-12-07 19:08 UTC under "Earlier runs", code of b1c3c4a: the changes above since
-  b7dc5da; bf16 matmul 406 GFLOP/s and read 42.1 GB/s, on 4 KB pages, in that invocation): rlvr 6.31 s a step (generation 2.16 s, 2.1x its floor of 1.02 s; training
-  4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108
+  b7dc5da; bf16 matmul 406 GFLOP/s and read 42.1 GB/s, on 4 KB pages, in that invocation): rlvr 6.31 s a step
+  (generation 2.16 s, 2.1x its floor of 1.02 s; training 4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108
   of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the floor in both stages at once on this
   CPU.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
@@ -514,7 +514,7 @@ before anything is computed).
   (10 alternated pairs, median ratio 0.80); 4 x 57: 202 -> 175 ms (0.87). The logits differ in the last bf16 bits
   (at most 0.5 at magnitudes ~20), so a run samples other tokens for a seed: a 4-step demo held out 0.598 +- 0.026
   before and 0.555 +- 0.035 after.
-- **The floor's limits, measured before each run** (`compute_floor.machine_limits`): in one hour of this session the
+- **The floor's limits, measured before each run** (`compute_floor.machine_limits`): within one hour of 2026-12-07 the
   read bandwidth measured 26-68 GB/s and the bf16 matmul 221-430 GFLOP/s from one reading to the next, so one
   reading at the start could set every decode step's floor a third too high or too low. `bench_vs_trl.py` now
   measures both right before each run and takes a model's floors at the median over its runs (a single reading can

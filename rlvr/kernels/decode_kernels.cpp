@@ -582,7 +582,7 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 // pack, post-attention norm), `biases` 4 (one a GEMM; an empty tensor: none) and `out_features` 4; `amx`: the GEMMs
 // run amx_linear, else dot_linear. The caches, RoPE tables, positions, `column`, `scale` and `rows` are
 // decode_attention's and rope's, per layer where a list. A step is ~270 kernel calls: from Python each costs ~1 us of
-// binding plus the interpreter's work between them (~0.7 ms a step on an AMD EPYC, 2 threads).
+// binding plus the interpreter's work between them (~0.7 ms a step on an AMD EPYC, 2 threads, 2026-12-07).
 torch::Tensor decode_layers(torch::Tensor hidden, std::vector<torch::Tensor> weights, std::vector<torch::Tensor> biases,
                             std::vector<int64_t> out_features, bool amx, torch::Tensor final_norm, double eps,
                             torch::Tensor cos, torch::Tensor sin, torch::Tensor positions, int64_t heads,

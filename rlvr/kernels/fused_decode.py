@@ -287,8 +287,9 @@ class TileLinear(nn.Linear):
     """An ``nn.Linear`` of the generation copy (same parameters) whose forward without gradients reads its rows of a
     :class:`_Projection`'s tile pack through the projection's kernel (``amx_linear`` or ``dot_linear``): the
     prefill's GEMMs at the decode kernel's speed, with no second packed copy. Without AMX, on an AMD EPYC
-    (AVX512_BF16, 2 threads), ``dot_linear`` ran SmolLM2's prefill shapes (57-228 rows) at 413-449 GFLOP/s against
-    287-428 for oneDNN on the plain weights. Shapes as ``nn.Linear``: (..., in_features) -> (..., out_features) bf16."""
+    (AVX512_BF16, 2 threads, 2026-12-07), ``dot_linear`` ran SmolLM2's prefill shapes (57-228 rows) at 413-449
+    GFLOP/s against 287-428 for oneDNN on the plain weights. Shapes as ``nn.Linear``: (..., in_features) ->
+    (..., out_features) bf16."""
 
     tile_projection: _Projection
     tile_groups: tuple[int, int]
