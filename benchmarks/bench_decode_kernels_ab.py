@@ -5,7 +5,8 @@ this tree's, both built here, each driving whole rollouts of the embedded SmolLM
 
 One :class:`~rlvr.kernels.fused_decode.FusedDecoder` (the same packed weights) decodes ``--n`` samples of each of
 ``--prompts`` prompts for ``--steps`` steps (eos suppressed, so every row stays live: bench_vs_trl's shape is 2 x 8
-rows, 128 new tokens), with its kernel module swapped between the two builds (a build without ``decode_layers`` runs
+rows, 128 new tokens; or, with ``--lengths``, row i ends after its i-th length, as a real rollout's rows leave as they
+finish), with its kernel module swapped between the two builds (a build without ``decode_layers`` runs
 each step as the Python loop of its kernel calls); the first side alternates every repetition.
 :func:`bench_decode_gemm_ab.build_at` builds both. Prints the median seconds of a rollout and of a decode step per
 build, the per-repetition ratio after / before, whether the two builds sampled the same tokens (the same seed: kernels
@@ -33,6 +34,9 @@ from bench_decode_gemm_ab import build_at  # noqa: E402
 from machine import stamp  # noqa: E402
 from profile_decode import load_decoder  # noqa: E402
 
+VS_TRL_LENGTHS = "32,45,8,128,75,36,17,15,90,83,128,63,18,42,128,15"
+"""The response lengths of a step of ``bench_vs_trl.py`` (SmolLM2-135M, 2 x 8 rows, up to 128 tokens; 2026-12-07)."""
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,7 +46,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=128, help="decode steps a rollout (every row runs them all)")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lengths", type=lambda text: [int(v) for v in text.split(",")], default=None,
+                    help="comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
+                         f"end there (default: every row runs --steps). bench_vs_trl's first timed step: {VS_TRL_LENGTHS}")
     args = ap.parse_args()
+    rows = args.prompts * args.n
+    if args.lengths is not None and (len(args.lengths) != rows or not all(1 <= v <= args.steps for v in args.lengths)):
+        ap.error(f"--lengths: expected {rows} lengths (--prompts x --n) in 1..{args.steps}, got {args.lengths}")
+    stop_when = (lambda row, ids: len(ids) >= args.lengths[row]) if args.lengths is not None else None
     torch.set_num_threads(args.threads)
     from rlvr.rollout import decode
 
@@ -60,7 +71,7 @@ def main() -> None:
         torch.manual_seed(0)
         t0 = time.perf_counter()
         tokens, _ = decode.sample(gen, ids, mask, args.n, max_new_tokens=args.steps, temperature=1.0, top_k=0,
-                                  top_p=1.0, eos_ids=[], pad_id=pad_id, fused=fused)
+                                  top_p=1.0, eos_ids=[], pad_id=pad_id, fused=fused, stop_when=stop_when)
         return time.perf_counter() - t0, tokens
 
     sampled = {name: rollout(name)[1] for name in builds}  # warm-up: kernel selection, first touch of the caches
@@ -72,8 +83,9 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
     same = torch.equal(sampled["before"], sampled["after"])
-    rows = ids.shape[0] * args.n
-    print(f"{stamp()}; {args.threads} thread(s); {rows} rows live, {args.steps} decode steps a rollout; "
+    live = (f"{rows} rows live" if args.lengths is None
+            else f"{rows} rows ending after {min(args.lengths)}-{max(args.lengths)} tokens ({sum(args.lengths)} in all)")
+    print(f"{stamp()}; {args.threads} thread(s); {live}, {args.steps} decode steps a rollout; "
           f"{'the same tokens' if same else 'different tokens'} sampled by both builds")
     for name in builds:
         median = statistics.median(times[name])

@@ -488,15 +488,18 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 // of x. A block of up to 4 rows x the group's 4 tiles keeps 16 fp32 accumulators in registers, reading the group's
 // weights from L2. At 16 rows the dot products take about as long as streaming the weights from memory, so the two
 // must overlap: while a group's row blocks compute, each prefetches its share of the next group's weights into L2
-// (a thread's first group streams itself, prefetched 4 chunks, 16 KB, ahead); the packs lie on 2 MB pages
-// (rlvr/kernels/huge_pages.py), where the read is not cut at every 4 KB page. Decoding 16 rows of SmolLM2 on an
-// AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against 36.0 ms with oneDNN's GEMMs on its
-// own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md), before the next-group prefetch.
+// (a thread's first group streams itself, prefetched 4 chunks, 16 KB, ahead), a few lines at each input pair
+// rather than a chunk's worth at once (whole rollouts, AMD EPYC with AVX512_BF16, 2 threads, 2026-12-08: 0.94x the
+// time with bench_vs_trl's 16 rows ending as in a real step, 0.96x with all 16 live, 1.00x at 64 rows); the packs
+// lie on 2 MB pages (rlvr/kernels/huge_pages.py), where the read is not cut at every 4 KB page. Decoding 16 rows of
+// SmolLM2 on an AMD EPYC (AVX512_BF16, no AMX; 2 threads), a decode step took 29.2 ms against 36.0 ms with oneDNN's
+// GEMMs on its own prepacked weights (benchmarks/bench_decode_ab.py, benchmarks/RESULTS.md), before the next-group
+// prefetch.
 typedef int32_t __attribute__((may_alias)) aliased_i32;
 
 // Rows [0, R) of x against one group's tiles. `stream`: prefetch this group's own chunks ahead (its weights are not
 // in L2 yet); `next`: the next group's weights, of which this block prefetches lines [part, part + 1) x 64 / parts of
-// every 4 KB chunk into L2 (nullptr: none).
+// every 4 KB chunk into L2 (nullptr: none), a 16th of them at each of the chunk's 16 input pairs.
 template <int R>
 void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chunks, bool stream, const char* next,
                int part, int parts, const uint16_t* bias, uint16_t* out, int64_t n, int64_t col0) {
@@ -505,18 +508,21 @@ void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chun
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) acc[r][t] = _mm512_setzero_ps();
-  const int first_line = part * 64 / parts * 64, end_line = (part + 1) * 64 / parts * 64;
+  // this block's share of every next chunk: bytes [first, first + span), prefetched a 16th at each input pair
+  const int first = part * 64 / parts * 64, span = (part + 1) * 64 / parts * 64 - first;
   for (int64_t c = 0; c < chunks; ++c) {
     const uint16_t* tiles = group + c * 2048;  // 4 tiles of 16 x 32 bf16
-    if (stream) {
-      const char* ahead = reinterpret_cast<const char*>(tiles + 4 * 2048);
-      for (int line = 0; line < 4096; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
-    }
-    if (next != nullptr)
-      for (int line = first_line; line < end_line; line += 64) _mm_prefetch(next + c * 4096 + line, _MM_HINT_T1);
+    const char* ahead = reinterpret_cast<const char*>(tiles + 4 * 2048);
+    const char* next_chunk = next != nullptr ? next + c * 4096 : nullptr;
     const uint16_t* xc = x + c * 32;
 #pragma GCC unroll 16
     for (int p = 0; p < 16; ++p) {
+      // the prefetches spread over the dot products, not a chunk's worth at once (measured above)
+      if (stream)
+        for (int line = p * 256; line < p * 256 + 256; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T1);
+      if (next_chunk != nullptr)
+        for (int line = (first + span * p / 16) & ~63; line < first + span * (p + 1) / 16; line += 64)
+          _mm_prefetch(next_chunk + line, _MM_HINT_T1);
       __m512bh w[4];
 #pragma GCC unroll 4
       for (int t = 0; t < 4; ++t) w[t] = (__m512bh)_mm512_loadu_si512(tiles + t * 512 + p * 32);
