@@ -543,8 +543,23 @@ void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chun
   }
 }
 
-torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n) {
+// The first weights this thread will read in a dot_linear over `next_packed` with `blocks` row blocks: at::parallel_for
+// hands the threads even shares of the tasks in thread order (ATen/ParallelOpenMP.h). nullptr: none for this thread.
+const char* next_call_start(const torch::Tensor& next_packed, int64_t blocks) {
+  const int64_t tasks = next_packed.size(0) * blocks;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), tasks);
+  const int64_t start = at::get_thread_num() * ((tasks + threads - 1) / threads);
+  if (start >= tasks) return nullptr;
+  return reinterpret_cast<const char*>(raw(next_packed) + start / blocks * next_packed.size(1) * 2048);
+}
+
+// `next_packed`: the packed weights of the GEMM the caller runs next over as many rows, of which each thread's last
+// group prefetches the start of that thread's share, so the next call's first reads do not wait on memory (a hint:
+// the result is the same with or without it).
+torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<torch::Tensor> bias, int64_t n,
+                         c10::optional<torch::Tensor> next_packed) {
   const uint16_t* b_ptr = check_packed_linear(x, w_packed, bias, n);
+  if (next_packed.has_value()) check_bf16(*next_packed, "next_packed", 5);
   const int64_t rows = x.size(0), k = x.size(1), groups = w_packed.size(0), chunks = w_packed.size(1);
   auto out = torch::empty({rows, n}, x.options());
   const uint16_t* x_ptr = raw(x);
@@ -555,11 +570,12 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   // ninth of the call. A group split between two threads has its weights read by both; the rest by one.
   const int64_t blocks = (rows + 3) / 4;
   at::parallel_for(0, groups * blocks, 1, [&](int64_t begin, int64_t end) {
+    const char* next_call = next_packed.has_value() ? next_call_start(*next_packed, blocks) : nullptr;
     for (int64_t task = begin; task < end;) {
       const int64_t g = task / blocks;
       const int64_t first = task - g * blocks, last = std::min(blocks, end - g * blocks);  // this thread's blocks of g
       const uint16_t* group = w_ptr + g * chunks * 2048;
-      const char* next = (g + 1) * blocks < end ? reinterpret_cast<const char*>(group + chunks * 2048) : nullptr;
+      const char* next = (g + 1) * blocks < end ? reinterpret_cast<const char*>(group + chunks * 2048) : next_call;
       const int parts = static_cast<int>(last - first);  // row blocks the next group's prefetch is shared over
       for (int64_t b = first; b < last; ++b) {
         const int64_t r0 = b * 4;
@@ -608,7 +624,12 @@ torch::Tensor decode_layers(torch::Tensor hidden, std::vector<torch::Tensor> wei
     const c10::optional<torch::Tensor> b = bias.numel() > 0 ? c10::optional<torch::Tensor>(bias) : c10::nullopt;
     const torch::Tensor& packed = weights[6 * layer + 1 + which];
     const int64_t n = out_features[4 * layer + which];
-    return amx ? amx_linear(x, packed, b, n) : dot_linear(x, packed, b, n);
+    if (amx) return amx_linear(x, packed, b, n);
+    // the GEMM after this one: the layer's next projection, or the next layer's q/k/v
+    const c10::optional<torch::Tensor> next =
+        which < 3 ? c10::optional<torch::Tensor>(weights[6 * layer + 2 + which])
+                  : (layer + 1 < layers ? c10::optional<torch::Tensor>(weights[6 * (layer + 1) + 1]) : c10::nullopt);
+    return dot_linear(x, packed, b, n, next);
   };
   c10::optional<torch::Tensor> delta = c10::nullopt;
   for (size_t i = 0; i < layers; ++i) {
@@ -668,7 +689,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_linear", &amx_linear, "x @ W^T + bias over AMX-packed bf16 weights (pack_amx)", py::arg("x"),
         py::arg("w_packed"), py::arg("bias"), py::arg("n"));
   m.def("dot_linear", &dot_linear, "x @ W^T + bias over the same packed weights with AVX512_BF16 dot products",
-        py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("n"));
+        py::arg("x"), py::arg("w_packed"), py::arg("bias"), py::arg("n"), py::arg("next_packed") = py::none());
   m.def("amx_pack", &amx_pack, "write a (N, K) bf16 weight into amx_linear's packed layout", py::arg("weight"),
         py::arg("w_packed"), py::arg("group_start"));
   m.def("decode_layers", &decode_layers, "every decoder layer of a decode step, then the final norm (bf16)",

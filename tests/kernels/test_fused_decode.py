@@ -316,6 +316,26 @@ def test_dot_linear_on_several_threads_is_the_same_bits_as_on_one(kernels, rows,
     assert _ulps(one, x.float().matmul(weight.float().T).to(BF16)).max() <= 1.0
 
 
+@pytest.mark.parametrize("rows,next_in,next_out", [(16, 576, 960), (3, 1536, 576), (1, 576, 64)])
+def test_dot_linear_given_the_next_gemms_weights_is_the_same_bits(kernels, rows, next_in, next_out):
+    """The next GEMM's pack is only prefetched: of any shape, on one thread or two, the output is the same bits."""
+    torch.manual_seed(10)
+    weight = (torch.randn(576, 576) * 0.05).to(BF16)
+    x = torch.randn(rows, 576).to(BF16)
+    packed = pack_amx([weight], kernels)
+    following = pack_amx([(torch.randn(next_out, next_in) * 0.05).to(BF16)], kernels)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            alone = kernels.dot_linear(x, packed, None, 576)
+            assert torch.equal(kernels.dot_linear(x, packed, None, 576, following), alone)
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(RuntimeError, match="next_packed"):
+        kernels.dot_linear(x, packed, None, 576, following.float())
+
+
 @pytest.mark.parametrize("dot_s,onednn_s,chosen", [(1e-4, 2e-4, "dot"), (3e-4, 2e-4, "onednn")])
 def test_without_amx_the_decode_gemm_is_the_faster_one_measured_once_per_machine(tmp_path, kernels, monkeypatch,
                                                                                  capsys, dot_s, onednn_s, chosen):
