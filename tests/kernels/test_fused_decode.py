@@ -296,7 +296,7 @@ def test_dot_linear_is_the_bf16_linear_over_the_amx_pack(kernels, rows, out_feat
         kernels.dot_linear(x, pack_amx([weight], kernels), None, out_features + 64)
 
 
-@pytest.mark.parametrize("rows,out_features", [(16, 576), (13, 960), (3, 576)])
+@pytest.mark.parametrize("rows,out_features", [(16, 576), (13, 960), (7, 960), (3, 576)])
 def test_dot_linear_on_several_threads_is_the_same_bits_as_on_one(kernels, rows, out_features):
     """The threads share (group, row block) tasks, so a group can be split between two; each row's sums stay in one
     order, so the result may not depend on the thread count."""
