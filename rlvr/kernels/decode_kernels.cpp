@@ -498,18 +498,18 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
 typedef int32_t __attribute__((may_alias)) aliased_i32;
 
 // Rows [0, R) of x against one group's tiles. `stream`: prefetch this group's own chunks ahead (its weights are not
-// in L2 yet); `next`: the next group's weights, of which this block prefetches lines [part, part + 1) x 64 / parts of
+// in L2 yet); `next`: the next group's weights, of which this block prefetches 64-byte lines [lines_from, lines_to) of
 // every 4 KB chunk into L2 (nullptr: none), a 16th of them at each of the chunk's 16 input pairs.
 template <int R>
 void dot_block(const uint16_t* x, int64_t k, const uint16_t* group, int64_t chunks, bool stream, const char* next,
-               int part, int parts, const uint16_t* bias, uint16_t* out, int64_t n, int64_t col0) {
+               int lines_from, int lines_to, const uint16_t* bias, uint16_t* out, int64_t n, int64_t col0) {
   __m512 acc[R][4];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) acc[r][t] = _mm512_setzero_ps();
   // this block's share of every next chunk: bytes [first, first + span), prefetched a 16th at each input pair
-  const int first = part * 64 / parts * 64, span = (part + 1) * 64 / parts * 64 - first;
+  const int first = lines_from * 64, span = (lines_to - lines_from) * 64;
   for (int64_t c = 0; c < chunks; ++c) {
     const uint16_t* tiles = group + c * 2048;  // 4 tiles of 16 x 32 bf16
     const char* ahead = reinterpret_cast<const char*>(tiles + 4 * 2048);
@@ -569,6 +569,10 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
   // one group: a projection of few groups (576 outputs = 9 groups on 2 threads) would otherwise leave a thread idle for
   // a ninth of the call. A group split between two threads has its weights read by both; the rest by one.
   const int64_t blocks = (rows + 3) / 4;
+  // 5 to 8 rows in two even blocks (5: 3 + 2, not 4 + 1), which pace their halves of the next group's prefetches over
+  // the same time: 0.92x the time of a rollout at 5 rows and 0.93x at 6 (whole rollouts, AMD EPYC with AVX512_BF16,
+  // 2 threads, 2026-12-08); at 9 and 10 rows even blocks of 3 measured 0.99x and 1.03x
+  auto row_start = [&](int64_t b) { return blocks == 2 ? b * rows / 2 : std::min(rows, b * 4); };
   at::parallel_for(0, groups * blocks, 1, [&](int64_t begin, int64_t end) {
     const char* next_call = next_packed.has_value() ? next_call_start(*next_packed, blocks) : nullptr;
     for (int64_t task = begin; task < end;) {
@@ -576,22 +580,20 @@ torch::Tensor dot_linear(torch::Tensor x, torch::Tensor w_packed, c10::optional<
       const int64_t first = task - g * blocks, last = std::min(blocks, end - g * blocks);  // this thread's blocks of g
       const uint16_t* group = w_ptr + g * chunks * 2048;
       const char* next = (g + 1) * blocks < end ? reinterpret_cast<const char*>(group + chunks * 2048) : next_call;
-      const int parts = static_cast<int>(last - first);  // row blocks the next group's prefetch is shared over
+      // this thread's rows of g, over which the next group's prefetch is shared in proportion to each block's rows
+      const int64_t rows_from = row_start(first), rows_to = row_start(last);
       for (int64_t b = first; b < last; ++b) {
-        // 5 to 8 rows in two even blocks (5: 3 + 2, not 4 + 1), which pace their halves of the next group's
-        // prefetches over the same time: 0.92x the time of a rollout at 5 rows and 0.93x at 6 (whole rollouts, AMD
-        // EPYC with AVX512_BF16, 2 threads, 2026-12-08); at 9 and 10 rows even blocks of 3 measured 0.99x and 1.03x
-        const int64_t r0 = blocks == 2 ? b * rows / 2 : b * 4;
-        const int64_t r1 = blocks == 2 ? (b + 1) * rows / 2 : std::min(rows, r0 + 4);
+        const int64_t r0 = row_start(b), r1 = row_start(b + 1);
         const uint16_t* xr = x_ptr + r0 * k;
         uint16_t* outr = o_ptr + r0 * n;
         const bool stream = task == begin && b == first;
-        const int part = static_cast<int>(b - first);
+        const int from = static_cast<int>(64 * (r0 - rows_from) / (rows_to - rows_from));
+        const int to = static_cast<int>(64 * (r1 - rows_from) / (rows_to - rows_from));
         switch (r1 - r0) {
-          case 1: dot_block<1>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
-          case 2: dot_block<2>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
-          case 3: dot_block<3>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
-          default: dot_block<4>(xr, k, group, chunks, stream, next, part, parts, b_ptr, outr, n, g * 64); break;
+          case 1: dot_block<1>(xr, k, group, chunks, stream, next, from, to, b_ptr, outr, n, g * 64); break;
+          case 2: dot_block<2>(xr, k, group, chunks, stream, next, from, to, b_ptr, outr, n, g * 64); break;
+          case 3: dot_block<3>(xr, k, group, chunks, stream, next, from, to, b_ptr, outr, n, g * 64); break;
+          default: dot_block<4>(xr, k, group, chunks, stream, next, from, to, b_ptr, outr, n, g * 64); break;
         }
       }
       task = g * blocks + last;
