@@ -486,7 +486,8 @@ before anything is computed).
   of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the floor in both stages at once on this
   CPU.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
-  of issued at its start (0.98 at 16 rows, 1.00 at 64, 1.05 at 4); blocks of 6 rows instead of 4 (no faster with the
+  of issued at its start (one step's GEMMs alone: 0.98 at 16 rows, 1.00 at 64, 1.05 at 4; taken up on 2026-12-08,
+  when whole rollouts measured it faster: see the last subsection of this section); blocks of 6 rows instead of 4 (no faster with the
   weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
   each broadcast over two key blocks and four value columns (bit-identical outputs): attention 2.12 -> 2.09 ms a
   step. With its data in cache the decode attention costs ~11 ns per cached position per (row, KV head) (1 thread:
@@ -520,12 +521,49 @@ before anything is computed).
   measures both right before each run and takes a model's floors at the median over its runs (a single reading can
   catch a passing dip or burst; the median moves with neither), and sums the read over 2 MB pages, as the decode
   step's packed weights lie (27-28 GB/s on 4 KB pages against 34-36 GB/s on 2 MB, measured side by side).
-- **Result** (the invocation at the top, code of 9b608d1: the changes above since b1c3c4a): rlvr 6.73 s a step
+- **Result** (the invocation of 2026-12-07 21:53 UTC under "Earlier runs", code of 9b608d1: the changes above since
+  b1c3c4a): rlvr 6.73 s a step
   (generation 2.11 s, 1.9x its floor of 1.12 s; training 4.51 s, 1.7x its floor of 2.65 s), TRL 35.3 s, ratio
   **0.19** (0.17, 0.19, 0.21); the tiny model 0.07. The same stages took 2.16 s and 4.17 s at b1c3c4a: the
   update's 4.17 -> 4.51 s is not the code (the update's code is the same; its three runs here took 4.30, 4.51 and
   4.71 s), and the generation's floor is now taken at the bandwidth the runs had (34.0-37.0 GB/s) rather than 42.1
   GB/s. The floors sum to 3.78 s, 0.107 of TRL's step.
+
+### The decode GEMMs' weight stream (AMD EPYC, AVX512_BF16, no AMX, 2 threads; 2026-12-08)
+
+- **Where a rollout's time went** (code of 44b9253): with 3 to 11 rows live, a decode step's floor is one read of the
+  weights, and those steps took 1.5-2.0x it (each step timed in a rollout at the recorded lengths below). `python benchmarks/profile_decode.py --prompts 2 --n 2 --threads 2` (4
+  rows live): a step 11.34 ms against its floor of 7.19 ms (the weight read at 37.4 GB/s), 1.58x; its GEMMs at 83-112
+  GFLOP/s, which at 4 rows is reading the weights at 21-28 GB/s. The GEMMs' weight stream, not their arithmetic, is
+  what a step with few rows waits on.
+- **The prefetches spread over the dot products** (42e83f2): `dot_linear` issued the next group's prefetches a 4 KB
+  chunk's worth at a time, at the start of each chunk; now a 16th of them goes out at each of the chunk's 16 input
+  pairs (and likewise a thread's first group's own stream). `python benchmarks/bench_decode_kernels_ab.py --old-rev
+  44b9253 --reps 10` with `--lengths` set to the lengths of one of this benchmark's steps (16 rows ending after
+  8-128 tokens, 923 in all): 1.904 -> 1.782 s a rollout, per repetition median 0.937; all 16 rows live for 128
+  steps 0.955; 64 rows (the demo's) 1.004. The same tokens: only prefetches moved.
+- **The next GEMM's first weights prefetched by the one before** (370c1f7): inside `decode_layers` each GEMM is given
+  the next one's packed weights (the layer's next projection, or the next layer's q/k/v), and each thread's last
+  group prefetches the start of that thread's share of them, so the next call does not begin on a cold stream. At
+  the recorded lengths 1.850 -> 1.804 s a rollout (0.978); all 16 live 0.960. Same bits.
+- **Row blocks** (63c8d80, 5ba3286): 5 to 8 rows are split into two even blocks (5 = 3 + 2, not 4 + 1), and a
+  thread's blocks of a group share the next group's prefetches in proportion to their rows, so every block paces its
+  part over the time it runs. 0.92-0.93 at 5 and 6 rows; 0.958 at 9 rows and 0.964 at 13 (proportional shares);
+  even blocks of 3 at 9 and 10 rows measured 0.99 and 1.03, so those keep blocks of 4. Same bits.
+- **Together**: `bench_decode_kernels_ab.py --old-rev 44b9253 --reps 12` at the recorded lengths, 2.009 -> 1.866 s a
+  rollout, per repetition median **0.924** (0.851-1.003), the same tokens. A 4-step demo with the same seed at
+  5ba3286 against 44b9253: IDENTICAL by `compare_runs` (metrics, samples, 272 tensors).
+- **On this host the machine moves more than the change**: the same rollout at the same commit took 1.68 to 2.16 s
+  from one quarter hour to the next. In a trainer's process after 2 steps of this benchmark's run, the trainer
+  engine's decoder and a freshly loaded one, alternated 8 times: medians 2.165 and 2.155 s in one process, 1.682 and
+  1.735 s in the next, minutes later; so the trainer's process adds nothing, and the host moves both. A change is
+  measured by alternating it with its baseline in one process; between invocations of this benchmark the stages move
+  by as much as the whole change above.
+- **Result** (the invocation at the top, code of 5ba3286): rlvr 7.08 s a step (generation 2.15 s, 1.9x its floor of
+  1.14 s; training 4.80 s, 1.8x its floor of 2.72 s), TRL 30.8 s, ratio **0.22** (0.22, 0.22, 0.25); the tiny
+  model 0.07. Against 9b608d1's invocation the code of the update is the same and took 4.80 s against 4.51 s, and
+  TRL's step 30.8 s against 35.3 s: the host, not the code, moved the ratio from 0.19 to 0.22. The generation's
+  changes are the 0.92 above; the floors sum to 3.86 s, 0.125 of TRL's step in this invocation.
 
 ## Earlier runs of this benchmark
 
@@ -548,6 +586,10 @@ per decode step; training 4.38: 1.8x), TRL 33.3 s, ratio **0.20** (0.20, 0.19, 0
 Then (b1c3c4a, 2026-12-07 19:08 UTC: the decode step's SiLU x up and RMSNorm over both threads, RMSNorm writing bf16
 in the update; matmul 406 GFLOP/s, fp32 197, read 42.1 GB/s on 4 KB pages), load 1.3-1.9: rlvr 6.31 s (generation
 2.16: 2.1x its floor; training 4.17: 1.6x), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20); the tiny model 0.07.
+Then (9b608d1, 2026-12-07 21:53 UTC: a decode step's layers in one kernel call, the value pass in one sweep, the
+prefill over the `dot_linear` packs; matmul 398 GFLOP/s, fp32 130, read 35.2 GB/s on 2 MB pages, the floors at the
+median of each run's own limits), load 1.3-1.9: rlvr 6.73 s (generation 2.11: 1.9x its floor; training 4.51: 1.7x),
+TRL 35.3 s, ratio **0.19** (0.17, 0.19, 0.21); the tiny model 0.07.
 On the Intel Xeon (AVX-512 + AVX512_BF16 + AMX, 2 cores):
 
 | recorded (commit, date) | rlvr code | setting | rlvr s | TRL s | ratio |
