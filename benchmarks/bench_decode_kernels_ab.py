@@ -32,10 +32,7 @@ sys.path.insert(0, str(HERE))
 from bench_decode_ab import QUESTIONS  # noqa: E402
 from bench_decode_gemm_ab import build_at  # noqa: E402
 from machine import stamp  # noqa: E402
-from profile_decode import load_decoder  # noqa: E402
-
-VS_TRL_LENGTHS = "32,45,8,128,75,36,17,15,90,83,128,63,18,42,128,15"
-"""The response lengths of a step of ``bench_vs_trl.py`` (SmolLM2-135M, 2 x 8 rows, up to 128 tokens; 2026-12-07)."""
+from profile_decode import VS_TRL_LENGTHS, load_decoder, parse_lengths  # noqa: E402
 
 
 def main() -> None:
@@ -46,7 +43,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=128, help="decode steps a rollout (every row runs them all)")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lengths", type=lambda text: [int(v) for v in text.split(",")], default=None,
+    ap.add_argument("--lengths", type=parse_lengths, default=None,
                     help="comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
                          f"end there (default: every row runs --steps). bench_vs_trl's first timed step: {VS_TRL_LENGTHS}")
     args = ap.parse_args()

@@ -11,6 +11,11 @@ SiLU x up, the sampling draw) and of its GEMMs (per projection kind: qkv, o, gat
 the engine runs every layer of a step in one kernel call (``FusedDecoder.one_call``: the tile GEMMs), one untimed
 rollout that way comes first, and the timed one calls the same kernels one by one from Python.
 
+With ``--lengths`` (one response length a row, as ``bench_decode_kernels_ab.py`` takes them), row i ends after its
+i-th length instead, as a real rollout's rows leave as they finish, and the engine's steps are timed as they run: per
+number of rows live, the steps, their median milliseconds against their floor, and the rollout's total against the
+sum of the floors.
+
 Prints, per decode step: each part's milliseconds, calls and share, and each GEMM kind's achieved GFLOP/s (2 x rows x
 in x out per call), beside this process's matmul rate in the same dtype and the step's floor (the larger of its
 FLOPs at that rate and one read of every weight at the read bandwidth: :mod:`compute_floor`), with the CPU, commit
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -33,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decode_ab import QUESTIONS, left_pad  # noqa: E402
 from compute_floor import matmul_flops_per_s, read_bandwidth_bytes_per_s  # noqa: E402
 from machine import stamp  # noqa: E402
+
+VS_TRL_LENGTHS = "32,45,8,128,75,36,17,15,90,83,128,63,18,42,128,15"
+"""The response lengths of a step of ``bench_vs_trl.py`` (SmolLM2-135M, 2 x 8 rows, up to 128 tokens; 2026-12-07)."""
 
 PROJECTIONS = ("qkv", "o", "gate_up", "down")
 """The GEMMs of a decoder layer in :class:`~rlvr.kernels.fused_decode.FusedDecoder` (attribute names)."""
@@ -109,6 +118,60 @@ def load_decoder(dtype: torch.dtype, prompts: int) -> tuple[torch.nn.Module, obj
     return gen, fused, ids, mask, tok.pad_token_id
 
 
+def parse_lengths(text: str) -> list[int]:
+    """``"32,45,8"`` -> ``[32, 45, 8]``: ``--lengths``."""
+    return [int(v) for v in text.split(",")]
+
+
+def by_rows_live(gen: torch.nn.Module, fused: object, ids: torch.Tensor, mask: torch.Tensor, pad_id: int,
+                 args: argparse.Namespace) -> None:
+    """One rollout whose row i ends after ``args.lengths[i]`` tokens, each engine step timed: prints the steps by rows
+    live against their floors (:func:`compute_floor.step_floor`'s per-step roofline) and the rollout's parts."""
+    from rlvr.rollout import decode
+
+    dtype = next(gen.parameters()).dtype
+    timed: list[tuple[int, float]] = []  # (rows live, seconds) a step
+    step = fused.step
+
+    def timed_step(state, tokens, positions, rows=None):  # noqa: ANN001, ANN202
+        t0 = time.perf_counter()
+        out = step(state, tokens, positions, rows)
+        timed.append((tokens.shape[0], time.perf_counter() - t0))
+        return out
+
+    def rollout() -> float:
+        timed.clear()
+        torch.manual_seed(0)
+        t0 = time.perf_counter()
+        decode.sample(gen, ids, mask, args.n, max_new_tokens=args.steps, temperature=1.0, top_k=0, top_p=1.0,
+                      eos_ids=[], pad_id=pad_id, fused=fused, stop_when=lambda row, got: len(got) >= args.lengths[row])
+        return time.perf_counter() - t0
+
+    fused.step = timed_step
+    rollout()  # warm-up: kernel selection, first-touch of the caches
+    wall = rollout()
+    params = sum(p.numel() for p in gen.parameters())
+    rate, read = matmul_flops_per_s(dtype), read_bandwidth_bytes_per_s()
+    weight_read_s = params * (2 if dtype == torch.bfloat16 else 4) / read
+    by_rows: dict[int, list[float]] = collections.defaultdict(list)
+    for rows, seconds in timed:
+        by_rows[rows].append(seconds)
+    print(f"{stamp()}; {args.threads} thread(s), {args.precision}; {len(args.lengths)} rows ending after "
+          f"{min(args.lengths)}-{max(args.lengths)} tokens ({sum(args.lengths)} in all); matmul {rate / 1e9:.0f} "
+          f"GFLOP/s, read {read / 1e9:.1f} GB/s (a weight read {weight_read_s * 1000:.2f} ms)")
+    print(f"{'rows live':>9s} {'steps':>5s} {'ms median':>9s} {'floor ms':>8s} {'x floor':>7s}")
+    floor_sum = 0.0
+    for rows in sorted(by_rows, reverse=True):
+        floor = max(2.0 * params * rows / rate, weight_read_s)
+        floor_sum += floor * len(by_rows[rows])
+        median = statistics.median(by_rows[rows])
+        print(f"{rows:9d} {len(by_rows[rows]):5d} {median * 1000:9.2f} {floor * 1000:8.2f} {median / floor:7.2f}")
+    steps_s = sum(seconds for _, seconds in timed)
+    print(f"rollout {wall:.3f} s: {len(timed)} decode steps {steps_s:.3f} s against their floors' sum {floor_sum:.3f} s "
+          f"({steps_s / floor_sum:.2f}x); {wall - steps_s:.3f} s outside them (the prefill, the sampling draws, the "
+          f"loop)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=2, choices=range(1, len(QUESTIONS) + 1))
@@ -116,12 +179,22 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64, help="decode steps a rollout (every row runs them all)")
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lengths", type=parse_lengths, default=None,
+                    help="comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
+                         f"end there and each step is timed by rows live. bench_vs_trl's: {VS_TRL_LENGTHS}")
     args = ap.parse_args()
+    if args.lengths is not None and (len(args.lengths) != args.prompts * args.n
+                                     or not all(1 <= v <= args.steps for v in args.lengths)):
+        ap.error(f"--lengths: expected {args.prompts * args.n} lengths (--prompts x --n) in 1..{args.steps}, got "
+                 f"{args.lengths}")
     torch.set_num_threads(args.threads)
     from rlvr.rollout import decode
 
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     gen, fused, ids, mask, pad_id = load_decoder(dtype, args.prompts)
+    if args.lengths is not None:
+        by_rows_live(gen, fused, ids, mask, pad_id, args)
+        return
 
     def rollout() -> torch.Tensor:
         torch.manual_seed(0)
