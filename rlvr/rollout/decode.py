@@ -186,10 +186,11 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
     history: list[list[int]] = [[] for _ in range(r)]  # each row's sampled ids (read only with stop_when)
     # plain temperature sampling on the fused path: one kernel per step draws (same uniforms as sample_categorical)
     fused_sampling = fused is not None and temperature > 0 and not top_k and top_p >= 1.0
+    live: Tensor | None = None  # with fused sampling, the rows `logits` holds once some have ended (None: all)
     for step in range(max_new_tokens):
         raise_if_interrupted()
         if fused_sampling:
-            token, lp = fused.sample_tokens(logits, temperature)
+            token, lp = fused.sample_tokens(logits, temperature, rows=live, total=r)
         else:
             scores = logits.float()  # (R, V)
             if warpers is None:
@@ -219,11 +220,14 @@ def sample(model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, n:
             break
         if fused is not None and not bool(running.all()):
             # rows that ended are decoded no further: a step's work shrinks with the rows still running (with rlvr's
-            # GEMM kernels each row's logits are the same bits either way: FusedDecoder.step); the ended rows' logits
-            # stay zero, their draws are replaced by pad
+            # GEMM kernels each row's logits are the same bits either way: FusedDecoder.step); the ended rows are not
+            # drawn from with fused sampling, else their logits stay zero; either way their draws are replaced by pad
             active = running.nonzero().squeeze(1)
             step_logits = fused.step(state, token[active], next_pos.squeeze(1)[active], active)
-            logits = step_logits.new_zeros((r, step_logits.shape[1])).index_copy_(0, active, step_logits)
+            if fused_sampling:  # only the running rows are drawn from
+                logits, live = step_logits, active
+            else:
+                logits = step_logits.new_zeros((r, step_logits.shape[1])).index_copy_(0, active, step_logits)
         elif fused is not None:
             logits = fused.step(state, token, next_pos.squeeze(1))
         else:

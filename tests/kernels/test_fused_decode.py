@@ -5,6 +5,7 @@ and bad input named. Needs a CPU with native bf16 and AVX-512 (the kernels' buil
 hf engine keeps transformers' modules."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -169,6 +170,26 @@ def test_sample_tokens_draws_what_sample_categorical_draws_for_the_same_uniforms
     assert torch.equal(tokens, expected_tokens)
     expected_lp = scores.gather(-1, tokens[:, None])[:, 0] - torch.logsumexp(scores, -1)
     torch.testing.assert_close(logprobs, expected_lp, atol=2e-5, rtol=0)
+
+
+def test_drawing_from_the_running_rows_only_gives_them_the_draws_of_every_row_drawn(kernels):
+    """The decode loop hands the sampler only the rows still running: each draws with its own uniform, as when every
+    row's logits are given; the rows not given get token 0 and log-prob 0."""
+    decoder = SimpleNamespace(kernels=kernels)  # sample_tokens reads only the kernels
+    torch.manual_seed(5)
+    logits = (torch.randn(8, 3001) * 3).to(BF16)
+    running = torch.tensor([1, 4, 5])
+    torch.manual_seed(6)
+    every_token, every_lp = FusedDecoder.sample_tokens(decoder, logits, 1.0)
+    torch.manual_seed(6)
+    tokens, lp = FusedDecoder.sample_tokens(decoder, logits[running], 1.0, rows=running, total=8)
+    assert torch.equal(tokens[running], every_token[running]) and torch.equal(lp[running], every_lp[running])
+    after = torch.rand(1)
+    ended = torch.tensor([0, 2, 3, 6, 7])
+    assert not tokens[ended].any() and not lp[ended].any()
+    torch.manual_seed(6)
+    torch.rand(8, 1, dtype=torch.float64)
+    assert torch.equal(after, torch.rand(1))  # a uniform was drawn for every row: the later draws are unchanged
 
 
 @pytest.mark.skipif(not amx_supported(), reason="needs AMX tiles")
