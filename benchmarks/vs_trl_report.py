@@ -531,11 +531,11 @@ before anything is computed).
 
 ### The decode GEMMs' weight stream (AMD EPYC, AVX512_BF16, no AMX, 2 threads; 2026-12-08)
 
-- **Where a rollout's time went** (code of 44b9253): with 3 to 11 rows live, a decode step's floor is one read of the
-  weights, and those steps took 1.5-2.0x it (each step timed in a rollout at the recorded lengths below). `python benchmarks/profile_decode.py --prompts 2 --n 2 --threads 2` (4
-  rows live): a step 11.34 ms against its floor of 7.19 ms (the weight read at 37.4 GB/s), 1.58x; its GEMMs at 83-112
-  GFLOP/s, which at 4 rows is reading the weights at 21-28 GB/s. The GEMMs' weight stream, not their arithmetic, is
-  what a step with few rows waits on.
+- **Where a rollout's time went** (code of 44b9253): with 3 to 11 rows live, a decode step's floor is one read of
+  the weights, and those steps took 1.5-2.0x it (each step timed in a rollout at the recorded lengths below).
+  `python benchmarks/profile_decode.py --prompts 2 --n 2 --threads 2` (4 rows live): a step 11.34 ms against its
+  floor of 7.19 ms (the weight read at 37.4 GB/s), 1.58x; its GEMMs at 83-112 GFLOP/s, which at 4 rows is reading
+  the weights at 21-28 GB/s. The GEMMs' weight stream, not their arithmetic, is what a step with few rows waits on.
 - **The prefetches spread over the dot products** (42e83f2): `dot_linear` issued the next group's prefetches a 4 KB
   chunk's worth at a time, at the start of each chunk; now a 16th of them goes out at each of the chunk's 16 input
   pairs (and likewise a thread's first group's own stream). `python benchmarks/bench_decode_kernels_ab.py --old-rev
@@ -550,9 +550,19 @@ before anything is computed).
   thread's blocks of a group share the next group's prefetches in proportion to their rows, so every block paces its
   part over the time it runs. 0.92-0.93 at 5 and 6 rows; 0.958 at 9 rows and 0.964 at 13 (proportional shares);
   even blocks of 3 at 9 and 10 rows measured 0.99 and 1.03, so those keep blocks of 4. Same bits.
-- **Together**: `bench_decode_kernels_ab.py --old-rev 44b9253 --reps 12` at the recorded lengths, 2.009 -> 1.866 s a
-  rollout, per repetition median **0.924** (0.851-1.003), the same tokens. A 4-step demo with the same seed at
-  5ba3286 against 44b9253: IDENTICAL by `compare_runs` (metrics, samples, 272 tensors).
+- **The three together**: `bench_decode_kernels_ab.py --old-rev 44b9253 --reps 12` at the recorded lengths, 2.009 ->
+  1.866 s a rollout, per repetition median **0.924** (0.851-1.003), the same tokens. A 4-step demo with the same
+  seed at 5ba3286, and again at 1777cb8 (with the sampler change below), against 44b9253: IDENTICAL by
+  `compare_runs` (metrics, samples, 272 tensors).
+- **Only the running rows are drawn from** (1777cb8): the fused sampler drew a token for every row, ended rows
+  included (their logits a zero-filled (16, 49,152) tensor each step). Now it draws the uniforms for every row (the
+  same random stream, so the same tokens) and runs on the running rows' logits only: at 3 of 16 rows live the draw
+  takes 71 us instead of 277, and 50 us of fill and copy a step are gone. Whole rollouts at the recorded lengths, the
+  old and new loop alternated in one process: median ratio 0.998 (0.929-1.033), inside the noise; the same tokens.
+- **By rows live**, after these changes (`python benchmarks/profile_decode.py --steps 128 --lengths ...` with the
+  recorded lengths, the kernels of 5ba3286): the decode steps 1.579 s against the sum of their floors 1.042 s
+  (1.51x; read 33.8 GB/s, matmul 410 GFLOP/s in that process): 1.36x at 16 rows, 1.40-1.64x at 3 to 13 rows; 0.205 s
+  of the 1.784 s rollout outside the steps (the prefill, the sampling draws, the loop).
 - **On this host the machine moves more than the change**: the same rollout at the same commit took 1.68 to 2.16 s
   from one quarter hour to the next. In a trainer's process after 2 steps of this benchmark's run, the trainer
   engine's decoder and a freshly loaded one, alternated 8 times: medians 2.165 and 2.155 s in one process, 1.682 and
