@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 from bench_decode_ab import QUESTIONS  # noqa: E402
 from bench_decode_gemm_ab import build_at  # noqa: E402
 from machine import stamp  # noqa: E402
-from profile_decode import VS_TRL_LENGTHS, load_decoder, parse_lengths  # noqa: E402
+from profile_decode import add_lengths_option, lengths_stop_when, lengths_text, load_decoder  # noqa: E402
 
 
 def main() -> None:
@@ -43,14 +43,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=128, help="decode steps a rollout (every row runs them all)")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lengths", type=parse_lengths, default=None,
-                    help="comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
-                         f"end there (default: every row runs --steps). bench_vs_trl's first timed step: {VS_TRL_LENGTHS}")
+    add_lengths_option(ap, "default: every row runs --steps")
     args = ap.parse_args()
-    rows = args.prompts * args.n
-    if args.lengths is not None and (len(args.lengths) != rows or not all(1 <= v <= args.steps for v in args.lengths)):
-        ap.error(f"--lengths: expected {rows} lengths (--prompts x --n) in 1..{args.steps}, got {args.lengths}")
-    stop_when = (lambda row, ids: len(ids) >= args.lengths[row]) if args.lengths is not None else None
+    stop_when = lengths_stop_when(ap, args)
     torch.set_num_threads(args.threads)
     from rlvr.rollout import decode
 
@@ -80,8 +75,7 @@ def main() -> None:
         loads.append(os.getloadavg()[0])
     ratios = [a / b for a, b in zip(times["after"], times["before"], strict=True)]
     same = torch.equal(sampled["before"], sampled["after"])
-    live = (f"{rows} rows live" if args.lengths is None
-            else f"{rows} rows ending after {min(args.lengths)}-{max(args.lengths)} tokens ({sum(args.lengths)} in all)")
+    live = f"{args.prompts * args.n} rows live" if args.lengths is None else lengths_text(args.lengths)
     print(f"{stamp()}; {args.threads} thread(s); {live}, {args.steps} decode steps a rollout; "
           f"{'the same tokens' if same else 'different tokens'} sampled by both builds")
     for name in builds:

@@ -118,13 +118,32 @@ def load_decoder(dtype: torch.dtype, prompts: int) -> tuple[torch.nn.Module, obj
     return gen, fused, ids, mask, tok.pad_token_id
 
 
-def parse_lengths(text: str) -> list[int]:
-    """``"32,45,8"`` -> ``[32, 45, 8]``: ``--lengths``."""
-    return [int(v) for v in text.split(",")]
+def add_lengths_option(ap: argparse.ArgumentParser, effect: str) -> None:
+    """``--lengths``, one response length a row, for :func:`lengths_stop_when`; ``effect``: what giving it does."""
+    ap.add_argument("--lengths", type=lambda text: [int(v) for v in text.split(",")], default=None,
+                    help=f"comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
+                         f"end there ({effect}). bench_vs_trl's first timed step: {VS_TRL_LENGTHS}")
+
+
+def lengths_stop_when(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Callable[[int, list[int]], bool] | None:
+    """The ``stop_when`` of :func:`rlvr.rollout.decode.sample` that ends row i after ``args.lengths[i]`` tokens, or
+    None without ``--lengths``. Exits through ``ap.error`` where the lengths do not fit ``--prompts`` x ``--n`` rows
+    of at most ``--steps`` tokens."""
+    lengths, rows = args.lengths, args.prompts * args.n
+    if lengths is None:
+        return None
+    if len(lengths) != rows or not all(1 <= v <= args.steps for v in lengths):
+        ap.error(f"--lengths: expected {rows} lengths (--prompts x --n) in 1..{args.steps}, got {lengths}")
+    return lambda row, ids: len(ids) >= lengths[row]
+
+
+def lengths_text(lengths: list[int]) -> str:
+    """``16 rows ending after 8-128 tokens (923 in all)``."""
+    return f"{len(lengths)} rows ending after {min(lengths)}-{max(lengths)} tokens ({sum(lengths)} in all)"
 
 
 def by_rows_live(gen: torch.nn.Module, fused: object, ids: torch.Tensor, mask: torch.Tensor, pad_id: int,
-                 args: argparse.Namespace) -> None:
+                 args: argparse.Namespace, stop_when: Callable[[int, list[int]], bool]) -> None:
     """One rollout whose row i ends after ``args.lengths[i]`` tokens, each engine step timed: prints the steps by rows
     live against their floors (:func:`compute_floor.step_floor`'s per-step roofline) and the rollout's parts."""
     from rlvr.rollout import decode
@@ -144,7 +163,7 @@ def by_rows_live(gen: torch.nn.Module, fused: object, ids: torch.Tensor, mask: t
         torch.manual_seed(0)
         t0 = time.perf_counter()
         decode.sample(gen, ids, mask, args.n, max_new_tokens=args.steps, temperature=1.0, top_k=0, top_p=1.0,
-                      eos_ids=[], pad_id=pad_id, fused=fused, stop_when=lambda row, got: len(got) >= args.lengths[row])
+                      eos_ids=[], pad_id=pad_id, fused=fused, stop_when=stop_when)
         return time.perf_counter() - t0
 
     fused.step = timed_step
@@ -156,9 +175,8 @@ def by_rows_live(gen: torch.nn.Module, fused: object, ids: torch.Tensor, mask: t
     by_rows: dict[int, list[float]] = collections.defaultdict(list)
     for rows, seconds in timed:
         by_rows[rows].append(seconds)
-    print(f"{stamp()}; {args.threads} thread(s), {args.precision}; {len(args.lengths)} rows ending after "
-          f"{min(args.lengths)}-{max(args.lengths)} tokens ({sum(args.lengths)} in all); matmul {rate / 1e9:.0f} "
-          f"GFLOP/s, read {read / 1e9:.1f} GB/s (a weight read {weight_read_s * 1000:.2f} ms)")
+    print(f"{stamp()}; {args.threads} thread(s), {args.precision}; {lengths_text(args.lengths)}; matmul "
+          f"{rate / 1e9:.0f} GFLOP/s, read {read / 1e9:.1f} GB/s (a weight read {weight_read_s * 1000:.2f} ms)")
     print(f"{'rows live':>9s} {'steps':>5s} {'ms median':>9s} {'floor ms':>8s} {'x floor':>7s}")
     floor_sum = 0.0
     for rows in sorted(by_rows, reverse=True):
@@ -167,8 +185,8 @@ def by_rows_live(gen: torch.nn.Module, fused: object, ids: torch.Tensor, mask: t
         median = statistics.median(by_rows[rows])
         print(f"{rows:9d} {len(by_rows[rows]):5d} {median * 1000:9.2f} {floor * 1000:8.2f} {median / floor:7.2f}")
     steps_s = sum(seconds for _, seconds in timed)
-    print(f"rollout {wall:.3f} s: {len(timed)} decode steps {steps_s:.3f} s against their floors' sum {floor_sum:.3f} s "
-          f"({steps_s / floor_sum:.2f}x); {wall - steps_s:.3f} s outside them (the prefill, the sampling draws, the "
+    print(f"rollout {wall:.3f} s: {len(timed)} decode steps {steps_s:.3f} s against their floors' sum "
+          f"{floor_sum:.3f} s ({steps_s / floor_sum:.2f}x); {wall - steps_s:.3f} s outside them (the prefill, the sampling draws, the "
           f"loop)")
 
 
@@ -179,21 +197,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64, help="decode steps a rollout (every row runs them all)")
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lengths", type=parse_lengths, default=None,
-                    help="comma-separated response lengths, one a row (prompt-major), each at most --steps: the rows "
-                         f"end there and each step is timed by rows live. bench_vs_trl's: {VS_TRL_LENGTHS}")
+    add_lengths_option(ap, "each step is then timed by rows live")
     args = ap.parse_args()
-    if args.lengths is not None and (len(args.lengths) != args.prompts * args.n
-                                     or not all(1 <= v <= args.steps for v in args.lengths)):
-        ap.error(f"--lengths: expected {args.prompts * args.n} lengths (--prompts x --n) in 1..{args.steps}, got "
-                 f"{args.lengths}")
+    stop_when = lengths_stop_when(ap, args)
     torch.set_num_threads(args.threads)
     from rlvr.rollout import decode
 
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     gen, fused, ids, mask, pad_id = load_decoder(dtype, args.prompts)
-    if args.lengths is not None:
-        by_rows_live(gen, fused, ids, mask, pad_id, args)
+    if stop_when is not None:
+        by_rows_live(gen, fused, ids, mask, pad_id, args, stop_when)
         return
 
     def rollout() -> torch.Tensor:

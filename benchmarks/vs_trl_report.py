@@ -482,18 +482,18 @@ before anything is computed).
   16.99, 17.33 -> 16.66, 16.75, 16.46 ms (per pair 0.93, 0.99, 0.95). At 1 and 4 rows the kernels run as before.
 - **Result** (the invocation of 2026-12-07 19:08 UTC under "Earlier runs", code of b1c3c4a: the changes above since
   b7dc5da; bf16 matmul 406 GFLOP/s and read 42.1 GB/s, on 4 KB pages, in that invocation): rlvr 6.31 s a step
-  (generation 2.16 s, 2.1x its floor of 1.02 s; training 4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108
-  of TRL's step: a step at 0.12 of TRL's would have to run within 1.11x of the floor in both stages at once on this
-  CPU.
+  (generation 2.16 s, 2.1x its floor of 1.02 s; training 4.17 s, 1.6x its floor of 2.62 s), TRL 33.6 s, ratio
+  **0.20** (0.20, 0.19, 0.20). The floors sum to 3.63 s, 0.108 of TRL's step: a step at 0.12 of TRL's would have to
+  run within 1.11x of the floor in both stages at once on this CPU.
 - Tried and dropped (same machine and date): the next group's prefetches spread over a chunk's dot products instead
   of issued at its start (one step's GEMMs alone: 0.98 at 16 rows, 1.00 at 64, 1.05 at 4; taken up on 2026-12-08,
-  when whole rollouts measured it faster: see the last subsection of this section); blocks of 6 rows instead of 4 (no faster with the
-  weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention kernel that shares
-  each broadcast over two key blocks and four value columns (bit-identical outputs): attention 2.12 -> 2.09 ms a
-  step. With its data in cache the decode attention costs ~11 ns per cached position per (row, KV head) (1 thread:
-  0.47 us a task at 16 positions, 3.08 us at 256), about 35 cycles for 24 FMAs and 8 bf16 -> fp32 widenings (which
-  take the shuffle unit); `vdpbf16ps` over keys and values laid out in pairs would cut both, a change of the cache
-  layout (not done). Every decoder layer in one C++ call: see the next bullet.
+  when whole rollouts measured it faster: see the last subsection of this section); blocks of 6 rows instead of 4
+  (no faster with the weights coming from memory); the rows' own KV cache on 2 MB pages together with an attention
+  kernel that shares each broadcast over two key blocks and four value columns (bit-identical outputs): attention
+  2.12 -> 2.09 ms a step. With its data in cache the decode attention costs ~11 ns per cached position per (row, KV
+  head) (1 thread: 0.47 us a task at 16 positions, 3.08 us at 256), about 35 cycles for 24 FMAs and 8 bf16 -> fp32
+  widenings (which take the shuffle unit); `vdpbf16ps` over keys and values laid out in pairs would cut both, a
+  change of the cache layout (not done). Every decoder layer in one C++ call: see the next bullet.
 - **Every decoder layer of a decode step in one kernel call** (`decode_layers` in `decode_kernels.cpp`, where the
   GEMMs are the tile kernels; the same kernels in the same order, so the same bits: a test checks logits and caches
   against the Python loop of calls). Measured earlier the same day with `bench_decode_ab.py` at -0.9% a rollout,
